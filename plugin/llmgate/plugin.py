@@ -1,0 +1,362 @@
+"""pytest glue only: options, markers, matrix parametrization, fixtures and the session summary.
+
+The work is done by the modules of the data flow: matrix → engines → server →
+load → samples → stats → verdict → report (and baseline for storage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import baseline as baseline_store
+from . import gpu, matrix as matrix_mod, metrics, report
+from .load import PromptMaker
+from .matrix import Matrix, MatrixError, ServerConfig
+from .server import BootError, Server, ServerHandle
+from .verdict import DEFAULT_ALPHA, Verdict, judge
+
+GATE_KEY = pytest.StashKey["Gate"]()
+PYTEST_BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
+
+
+# -- options -------------------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("llmgate", "llmgate: performance-regression gate for LLM serving engines")
+    g.addoption("--llmgate-matrix", metavar="PATH",
+                help="matrix TOML (default: llmgate.toml, else [tool.llmgate] in pyproject.toml, "
+                     "else the embedded default: CPU vLLM + the tiny model)")
+    g.addoption("--llmgate-out", metavar="DIR", help="folder for server logs and reports (default: .llmgate)")
+    g.addoption("--llmgate-repeats", type=int, default=None, metavar="N",
+                help="measured repeats per scenario after warm-up (default 5)")
+    g.addoption("--llmgate-warmup", type=int, default=None, metavar="N",
+                help="warm-up requests per scenario, not measured (default 1)")
+    g.addoption("--llmgate-concurrency", type=int, default=None, metavar="N",
+                help="concurrency of the concurrency test (default 8)")
+    g.addoption("--llmgate-request-timeout", type=float, default=None, metavar="S",
+                help="per-request timeout in seconds (default 300)")
+    g.addoption("--llmgate-min-effect", action="append", default=[], metavar="METRIC=FRACTION",
+                help="smallest relative change in the worse direction that counts as a regression, "
+                     "e.g. decode_tok_s=0.1 (repeatable; overrides matrix entries and metric defaults)")
+    g.addoption("--llmgate-alpha", type=float, default=None, metavar="A",
+                help=f"significance level of the regression test (default {DEFAULT_ALPHA})")
+    parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
+    parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    repeats: int = 5
+    warmup: int = 1
+    concurrency: int = 8
+    request_timeout: float = 300.0
+    alpha: float = DEFAULT_ALPHA
+    min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        d = cls()
+        min_effect = {}
+        for item in config.getoption("llmgate_min_effect") or []:
+            name, sep, value = item.partition("=")
+            try:
+                metrics.get(name)
+                min_effect[name] = float(value)
+            except (KeyError, ValueError):
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION with a known metric "
+                                        f"({', '.join(sorted(metrics.REGISTRY))})") from None
+            if not sep:
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION")
+
+        def opt(name, default):
+            v = config.getoption(name)
+            return default if v is None else v
+
+        s = cls(repeats=opt("llmgate_repeats", d.repeats), warmup=opt("llmgate_warmup", d.warmup),
+                concurrency=opt("llmgate_concurrency", d.concurrency),
+                request_timeout=opt("llmgate_request_timeout", d.request_timeout),
+                alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect)
+        if s.repeats < 1 or s.concurrency < 1 or s.warmup < 0:
+            raise pytest.UsageError("--llmgate-repeats and --llmgate-concurrency must be >= 1, --llmgate-warmup >= 0")
+        return s
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "engine: the test boots and measures a real serving engine")
+    config.addinivalue_line("markers", "gpu: the test needs an NVIDIA GPU (skipped without one)")
+    config.addinivalue_line("markers", "llmgate(min_effect=None): per-test llmgate settings, "
+                                       "e.g. min_effect={'ttft_p95': 0.2}")
+    # pytest-benchmark stores under baselines/ unless the user chose a storage.
+    if getattr(config.option, "benchmark_storage", None) == PYTEST_BENCHMARK_DEFAULT_STORAGE:
+        config.option.benchmark_storage = "file://" + str(config.rootpath / config.getini("llmgate_baselines"))
+    config.stash[SESSION_KEY] = GateSession(config)
+
+
+# -- session state -------------------------------------------------------------------------
+class GateSession:
+    """Everything llmgate keeps for one pytest session."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.settings = Settings.from_config(config)
+        out = config.getoption("llmgate_out") or ".llmgate"
+        self.out_dir = (config.rootpath / out) if not Path(out).is_absolute() else Path(out)
+        self._matrix: Matrix | None = None
+        self._matrix_error: str | None = None
+        self.servers: dict[str, Server] = {}
+        self.boots: dict[str, list[dict[str, Any]]] = {}
+        self.verdicts: list[Verdict] = []
+        self._prompt_makers: dict[str, PromptMaker] = {}
+
+    @property
+    def matrix(self) -> Matrix:
+        if self._matrix is None:
+            if self._matrix_error:
+                raise MatrixError(self._matrix_error)
+            explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
+            try:
+                self._matrix = matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+            except MatrixError as e:
+                self._matrix_error = str(e)
+                raise
+        return self._matrix
+
+    def progress(self, cid: str, elapsed: float, last_line: str) -> None:
+        say(self.config, f"llmgate: booting {cid}: {elapsed:.0f} s … {last_line.strip()[-150:]}")
+
+    def boot(self, cfg: ServerConfig) -> ServerHandle:
+        n = len(self.boots.get(cfg.id, [])) + 1
+        record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
+        self.boots.setdefault(cfg.id, []).append(record)
+        server = Server(cfg, self.matrix, self.out_dir / "logs", boot_number=n, progress=self.progress)
+        say(self.config, f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session)")
+        try:
+            handle = server.start()
+        except BootError:
+            record["log"] = str(self.out_dir / "logs")
+            raise
+        self.servers[cfg.id] = server
+        record.update(startup_s=handle.startup_s, version=handle.engine_info.version, log=str(handle.log_path))
+        say(self.config, f"llmgate: {cfg.id} ready in {handle.startup_s:.1f} s "
+                         f"({handle.engine_info.engine} {handle.engine_info.version}) at {handle.base_url}")
+        return handle
+
+    def shutdown(self, cfg_id: str) -> None:
+        server = self.servers.pop(cfg_id, None)
+        if server is not None:
+            killed = server.stop()
+            if killed:
+                say(self.config, f"llmgate: {cfg_id}: killed {len(killed)} process(es) that outlived SIGTERM: {killed}")
+
+    def prompts(self, handle: ServerHandle) -> PromptMaker:
+        key = str(handle.model_path)
+        if key not in self._prompt_makers:
+            self._prompt_makers[key] = PromptMaker(handle.model_path)
+        return self._prompt_makers[key]
+
+    def min_effect(self, metric: metrics.Metric, key: str, cfg: ServerConfig | None, item: pytest.Item) -> float:
+        for source in (self.settings.min_effect, _marker_min_effect(item), cfg.min_effect if cfg else {}):
+            for k in (key, metric.name):
+                if k in source:
+                    return float(source[k])
+        return metric.min_effect
+
+
+SESSION_KEY = pytest.StashKey[GateSession]()
+
+
+def _marker_min_effect(item: pytest.Item) -> dict[str, float]:
+    m = item.get_closest_marker("llmgate")
+    return dict(m.kwargs.get("min_effect") or {}) if m else {}
+
+
+def say(config: pytest.Config, line: str) -> None:
+    """A progress line on the terminal, visible even while output is captured."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is not None:
+        with capman.global_and_fixture_disabled():
+            tr.write_line(line)
+    else:
+        tr.write_line(line)
+
+
+# -- the per-test recorder -----------------------------------------------------------------
+class Gate:
+    """Records a test's metrics into the baseline store and judges them against the baseline."""
+
+    def __init__(self, item: pytest.Item, session: GateSession):
+        self.item, self.session = item, session
+        self.verdicts: list[Verdict] = []
+
+    @property
+    def config_entry(self) -> ServerConfig | None:
+        callspec = getattr(self.item, "callspec", None)
+        return callspec.params.get("llmgate_config") if callspec else None
+
+    def provenance(self) -> dict[str, Any]:
+        cfg = self.config_entry
+        if cfg is None:
+            return {}
+        out: dict[str, Any] = {"config": cfg.describe()}
+        server = self.session.servers.get(cfg.id)
+        if server is not None and server.handle is not None:
+            h = server.handle
+            out.update(engine=dataclasses.asdict(h.engine_info), model_hash=h.model_hash,
+                       startup_s=h.startup_s, boot=h.boot_number)
+        return out
+
+    def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
+               raw: dict[str, Any] | None = None, **info: Any) -> Verdict:
+        """Store ``values`` (repeat-level measurements in the metric's natural unit) and judge them."""
+        values = [float(v) for v in values]
+        if not values:
+            raise ValueError(f"{metric.name}: no values to record")
+        key = metric.name + (f"@{variant}" if variant else "")
+        cfg = self.config_entry
+        extra = {**self.provenance(), **info}
+        if raw is not None:
+            extra["raw"] = raw
+        baseline_store.store(self.item, metric, key, values, extra)
+        base = baseline_store.baseline(self.item.config, self.item.nodeid, key)
+        base_values = baseline_store.baseline_values(base[1]) if base else None
+        verdict = judge(metric, key, cfg.id if cfg else self.item.name, values, base_values,
+                        self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
+                        base[0] if base else None)
+        self.verdicts.append(verdict)
+        self.session.verdicts.append(verdict)
+        return verdict
+
+    @property
+    def regressions(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.failed]
+
+
+# -- collection ----------------------------------------------------------------------------
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "llmgate_config" not in metafunc.fixturenames:
+        return
+    session = metafunc.config.stash[SESSION_KEY]
+    try:
+        entries = session.matrix.entries
+    except MatrixError as e:
+        pytest.fail(str(e), pytrace=False)
+    params = [pytest.param(cfg, id=cfg.id, marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
+              for cfg in entries]
+    metafunc.parametrize("llmgate_config", params, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    no_gpu = None
+    for item in items:
+        if "llmgate_config" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.engine)
+        if item.get_closest_marker("gpu") is not None:
+            no_gpu = no_gpu if no_gpu is not None else (gpu.why_no_gpu() or "")
+            if no_gpu:
+                item.add_marker(pytest.mark.skip(reason=no_gpu))
+
+
+# -- fixtures ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def llmgate_session(request: pytest.FixtureRequest) -> GateSession:
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture(scope="session")
+def llmgate_settings(llmgate_session: GateSession) -> Settings:
+    return llmgate_session.settings
+
+
+@pytest.fixture(scope="session")
+def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
+    try:
+        handle = llmgate_session.boot(llmgate_config)
+    except BootError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield handle
+    finally:
+        llmgate_session.shutdown(llmgate_config.id)
+
+
+@pytest.fixture
+def llmgate_server(_llmgate_booted: ServerHandle) -> ServerHandle:
+    """The running server of this test's matrix entry (booted once per session)."""
+    if not _llmgate_booted.alive():
+        pytest.fail(f"{_llmgate_booted.config.id}: the server died earlier in this session (exit code "
+                    f"{_llmgate_booted.process.poll()}); last lines of {_llmgate_booted.log_path}:\n"
+                    f"{_llmgate_booted.log_tail()}", pytrace=False)
+    return _llmgate_booted
+
+
+@pytest.fixture
+def llmgate_prompts(llmgate_server: ServerHandle, llmgate_session: GateSession) -> PromptMaker:
+    return llmgate_session.prompts(llmgate_server)
+
+
+@pytest.fixture
+def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
+    g = Gate(request.node, llmgate_session)
+    request.node.stash[GATE_KEY] = g
+    return g
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    result = yield
+    g = item.stash.get(GATE_KEY, None)
+    if g is not None and g.regressions:
+        lines = "\n".join("  " + v.line() for v in g.regressions)
+        pytest.fail(f"performance regression against {g.regressions[0].baseline_source}:\n{lines}", pytrace=False)
+    return result
+
+
+# -- end of session ------------------------------------------------------------------------
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    gs = session.config.stash.get(SESSION_KEY, None)
+    if gs is None:
+        return
+    for cid in list(gs.servers):
+        gs.shutdown(cid)
+    if gs.verdicts or gs.boots:
+        gs.out_dir.mkdir(parents=True, exist_ok=True)
+        summary = {
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "boots": gs.boots,
+            "verdicts": [{"config": v.config_id, "key": v.key, "metric": v.metric.name, "unit": v.metric.unit,
+                          "better": v.metric.better, "now": v.now.as_dict(),
+                          "baseline": v.baseline.as_dict() if v.baseline else None, "change": v.change,
+                          "status": v.status, "p_value": v.p_value, "min_effect": v.min_effect,
+                          "baseline_source": v.baseline_source} for v in gs.verdicts],
+        }
+        (gs.out_dir / "last-run.json").write_text(json.dumps(summary, indent=2))
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    gs = config.stash.get(SESSION_KEY, None)
+    if gs is None or not (gs.verdicts or gs.boots):
+        return
+    tr = terminalreporter
+    tr.section("llmgate")
+    if gs.boots:
+        total = sum(len(v) for v in gs.boots.values())
+        tr.write_line(f"boots this session: {total} ({len(gs.boots)} configuration(s))")
+        tr.write_line(report.boot_table(gs.boots))
+    if gs.verdicts:
+        tr.write_line("")
+        tr.write_line(report.verdict_table(gs.verdicts))
+        regressed = [v for v in gs.verdicts if v.failed]
+        if regressed:
+            tr.write_line("")
+            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
+            for v in regressed:
+                tr.write_line("  " + v.line(), red=True)

@@ -1,0 +1,318 @@
+"""Server process lifecycle: spawn in its own process group on loopback, log to a
+file, wait for readiness with progress, sample its memory, tear the whole group
+down and make sure nothing is left behind.
+
+The server gets its own process group (so the whole tree can be signalled) but
+stays in the caller's session.  On Linux with autogroup scheduling a new session
+is a new CPU group; on a 2-core machine vLLM's busy-polling EngineCore then
+starved the API server's streaming whenever any other process woke up: client
+TTFT 1.2-2.6 s instead of 12-20 ms, the whole generation arriving in one burst,
+while vLLM's own TTFT histogram stayed at ~15 ms.  In the caller's session the
+same runs showed no such stall.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psutil
+
+from . import engines, tinymodel
+from .engines import EngineInfo
+from .matrix import Matrix, ServerConfig
+
+HOST = "127.0.0.1"
+Progress = Callable[[str, float, str], None]  # (config id, elapsed seconds, last log line)
+
+
+class BootError(RuntimeError):
+    """The server did not come up; the message carries the reason and the log's tail."""
+
+    def __init__(self, message: str, diagnosis: engines.BootDiagnosis | None = None):
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+class ServerDied(RuntimeError):
+    """The server process ended while it was being used."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64_000))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class MemorySampler(threading.Thread):
+    """Resident memory of the server's whole process tree, sampled a few times a second."""
+
+    def __init__(self, pid: int, interval: float = 0.25):
+        super().__init__(daemon=True, name=f"llmgate-rss-{pid}")
+        self.pid, self.interval = pid, interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+
+    def tree_rss(self) -> int:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            rss = self.tree_rss()
+            if rss:
+                self.samples.append((time.monotonic(), rss))
+            self._stop.wait(self.interval)
+
+    def peak(self, since: float = 0.0, until: float = float("inf")) -> int | None:
+        vals = [rss for t, rss in list(self.samples) if since <= t <= until]
+        return max(vals) if vals else None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclasses.dataclass
+class ServerHandle:
+    """A running server as tests see it."""
+
+    config: ServerConfig
+    base_url: str
+    model_path: Path
+    model_name: str
+    model_hash: str
+    engine: engines.Engine
+    engine_info: EngineInfo
+    log_path: Path
+    startup_s: float
+    pid: int
+    boot_number: int
+    memory: MemorySampler
+    process: subprocess.Popen = dataclasses.field(repr=False)
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        try:
+            eos = json.loads((self.model_path / "config.json").read_text()).get("eos_token_id")
+        except (OSError, ValueError):
+            return None
+        return eos[0] if isinstance(eos, list) and eos else eos
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def check_alive(self) -> None:
+        """Raise ServerDied, with the log's tail, if the server process has ended."""
+        code = self.process.poll()
+        if code is not None:
+            raise ServerDied(f"{self.config.id}: {self.engine.name} server (pid {self.pid}) exited with code {code} "
+                             f"during the run; last lines of {self.log_path}:\n{tail(self.log_path)}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        return tail(self.log_path, lines)
+
+
+class Server:
+    """Start/stop one configuration.  ``start()`` returns a ready ``ServerHandle``."""
+
+    def __init__(self, cfg: ServerConfig, matrix: Matrix, log_dir: Path, boot_number: int = 1,
+                 progress: Progress | None = None, port: int | None = None):
+        self.cfg, self.matrix, self.log_dir = cfg, matrix, Path(log_dir)
+        self.boot_number, self.progress, self.port = boot_number, progress, port
+        self.engine = engines.get(cfg.engine)
+        self.proc: subprocess.Popen | None = None
+        self.handle: ServerHandle | None = None
+        self._known_pids: set[int] = set()
+
+    # -- model -------------------------------------------------------------------------
+    def _resolved(self) -> tuple[ServerConfig, Path]:
+        model = self.matrix.resolve_model(self.cfg.model)
+        if not model.exists():
+            raise BootError(f"{self.cfg.id}: model path {str(model)!r} does not exist")
+        cfg = self.cfg
+        if cfg.speculative and isinstance(cfg.speculative.get("model"), str):
+            draft = self.matrix.resolve_model(cfg.speculative["model"])
+            cfg = dataclasses.replace(cfg, speculative={**cfg.speculative, "model": str(draft)})
+        return cfg, model
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> ServerHandle:
+        why = self.engine.unavailable(self.cfg)
+        if why:
+            raise BootError(f"{self.cfg.id}: {why}")
+        cfg, model = self._resolved()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        last_error: BootError | None = None
+        for attempt in range(3):  # a port taken between our check and the engine's bind: pick another
+            port = self.port if (self.port and attempt == 0) else free_port()
+            if self.port and attempt == 0 and port_in_use(port):
+                port = free_port()
+            try:
+                return self._start_once(cfg, model, port, attempt)
+            except BootError as e:
+                last_error = e
+                if "address already in use" not in str(e).lower():
+                    raise
+        assert last_error is not None
+        raise last_error
+
+    def _start_once(self, cfg: ServerConfig, model: Path, port: int, attempt: int) -> ServerHandle:
+        suffix = f".{self.boot_number}" + (f"-retry{attempt}" if attempt else "")
+        log_path = self.log_dir / f"{cfg.id}{suffix}.log"
+        cmd = self.engine.command(cfg, model, HOST, port)
+        env = {**os.environ, **self.engine.environment(cfg), **cfg.env}
+        base_url = f"http://{HOST}:{port}"
+        with open(log_path, "wb") as log:
+            log.write(("$ " + " ".join(cmd) + "\n").encode())
+            log.flush()
+            t0 = time.monotonic()
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, process_group=0)
+        sampler = MemorySampler(self.proc.pid)
+        sampler.start()
+        try:
+            startup = self._wait_ready(base_url, log_path, t0)
+            with httpx.Client(timeout=30) as http:
+                info = self.engine.info(http, base_url)
+        except BaseException:
+            sampler.stop()
+            self.stop()
+            raise
+        self.handle = ServerHandle(
+            config=self.cfg, base_url=base_url, model_path=model, model_name=str(model),
+            model_hash=tinymodel.model_hash(model), engine=self.engine, engine_info=info, log_path=log_path,
+            startup_s=startup, pid=self.proc.pid, boot_number=self.boot_number, memory=sampler, process=self.proc)
+        return self.handle
+
+    def _wait_ready(self, base_url: str, log_path: Path, t0: float) -> float:
+        assert self.proc is not None
+        deadline = t0 + self.cfg.boot_timeout_s
+        next_progress = t0 + 5.0
+        with httpx.Client(timeout=5) as http:
+            while True:
+                self._remember_children()
+                code = self.proc.poll()
+                if code is not None:
+                    text = tail(log_path, 400)
+                    diag = self.engine.diagnose_boot(text)
+                    reason = diag.reason if diag else f"exited with code {code}"
+                    raise BootError(f"{self.cfg.id}: {self.engine.name} server exited with code {code} while booting: "
+                                    f"{reason}\nlast lines of {log_path}:\n{tail(log_path)}", diag)
+                try:
+                    if http.get(base_url + self.engine.health_path).status_code == 200:
+                        return time.monotonic() - t0
+                except httpx.HTTPError:
+                    pass
+                now = time.monotonic()
+                if now > deadline:
+                    raise BootError(f"{self.cfg.id}: {self.engine.name} server not ready after "
+                                    f"{self.cfg.boot_timeout_s:.0f} s (boot_timeout_s); last lines of {log_path}:\n"
+                                    f"{tail(log_path)}")
+                if self.progress and now >= next_progress:
+                    self.progress(self.cfg.id, now - t0, tail(log_path, 1))
+                    next_progress = now + 5.0
+                time.sleep(0.25)
+
+    def _remember_children(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            for c in psutil.Process(self.proc.pid).children(recursive=True):
+                self._known_pids.add(c.pid)
+        except psutil.Error:
+            pass
+
+    def stop(self, grace_s: float = 20.0) -> list[int]:
+        """Terminate the whole process group; return the pids that had to be killed after the grace period."""
+        if self.proc is None:
+            return []
+        self._remember_children()
+        if self.handle:
+            self.handle.memory.stop()
+        pgid = self.proc.pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self._survivors(pgid):
+            time.sleep(0.2)
+        killed = []
+        for p in self._survivors(pgid):
+            try:
+                p.kill()
+                killed.append(p.pid)
+            except psutil.Error:
+                pass
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.proc.poll() is None:
+            self.proc.wait(5)
+        return killed
+
+    def _survivors(self, pgid: int) -> list[psutil.Process]:
+        out = []
+        for pid in {pgid, *self._known_pids}:
+            try:
+                p = psutil.Process(pid)
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.pid not in {x.pid for x in out} and os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except (psutil.Error, ProcessLookupError, PermissionError):
+                pass
+        return out

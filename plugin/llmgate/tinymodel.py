@@ -1,0 +1,257 @@
+"""The embedded default model, made locally: no hub, no download.
+
+A Llama-style Hugging Face folder (config.json, model.safetensors, tokenizer
+files with bos/eos and a chat template) with random weights drawn from a seeded
+generator, and a byte-level BPE tokenizer trained with `tokenizers` on the text
+shipped in ``llmgate/data/corpus.txt``.  Random weights give real speed figures
+for the shape; they give no meaningful answers.
+
+The folder is cached under a key derived from the spec, the corpus and the
+builder version, so a second call returns the same folder at once; the content
+hash of the files is written beside them (``llmgate-model.json``) and is what
+baselines are keyed by.
+
+    python -m llmgate.tinymodel OUT_DIR [--layers 4 --hidden 512 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+BUILDER_VERSION = 1
+CORPUS = Path(__file__).parent / "data" / "corpus.txt"
+MANIFEST = "llmgate-model.json"
+BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{{ eos_token }}\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TinySpec:
+    """The shape of a tiny model.  Every field goes into the cache key."""
+
+    hidden: int = 512
+    layers: int = 4
+    heads: int = 8
+    kv_heads: int = 4
+    intermediate: int = 1536
+    vocab: int = 8192
+    max_position: int = 32768
+    seed: int = 0
+    rope_theta: float = 10000.0
+    tie_embeddings: bool = False
+
+    def key(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps(dataclasses.asdict(self), sort_keys=True).encode())
+        h.update(hashlib.sha256(CORPUS.read_bytes()).digest())
+        h.update(str(BUILDER_VERSION).encode())
+        return h.hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("LLMGATE_CACHE", Path.home() / ".cache" / "llmgate")) / "models"
+
+
+def content_hash(folder: Path) -> str:
+    """sha256 over the names and bytes of every file of a model folder (the manifest excluded)."""
+    h = hashlib.sha256()
+    for p in sorted(Path(folder).rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            h.update(str(p.relative_to(folder)).encode() + b"\0")
+            with open(p, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()
+
+
+def model_hash(folder: Path) -> str:
+    """The content hash of a model folder: read from the manifest when llmgate built it."""
+    manifest = Path(folder) / MANIFEST
+    if manifest.is_file():
+        return json.loads(manifest.read_text())["content_hash"]
+    return content_hash(Path(folder))
+
+
+def build(out: Path | str | None = None, spec: TinySpec = TinySpec(), name: str = "tiny-llama") -> Path:
+    """Return a folder holding the model of ``spec``; build it only if the cache lacks it.
+
+    With ``out`` given, the model is built (or copied from the cache) there.
+    """
+    cached = default_cache_dir() / f"{name}-{spec.key()}"
+    if not (cached / MANIFEST).is_file():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{cached.name}.", dir=cached.parent))
+        try:
+            _write_model(tmp, spec, name)
+            try:
+                os.rename(tmp, cached)
+            except OSError:  # another process built it first: theirs is identical
+                if not (cached / MANIFEST).is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if out is None:
+        return cached
+    out = Path(out)
+    if (out / MANIFEST).is_file() and model_hash(out) == model_hash(cached):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for p in cached.iterdir():
+        shutil.copy2(p, out / p.name)
+    return out
+
+
+def train_tokenizer(vocab: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=[PAD, BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    text = CORPUS.read_text()
+    tok.train_from_iterator(text.split("\n\n"), trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+    )
+    return tok
+
+
+def _write_model(folder: Path, spec: TinySpec, name: str) -> None:
+    tok = train_tokenizer(spec.vocab)
+    vocab = tok.get_vocab_size()  # every id the model can sample decodes
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS, "eos_token": EOS, "pad_token": PAD,
+        "add_bos_token": True, "add_eos_token": False,
+        "model_max_length": spec.max_position,
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+    }, indent=2))
+    (folder / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}, indent=2))
+    head_dim = spec.hidden // spec.heads
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.intermediate,
+        "num_hidden_layers": spec.layers,
+        "num_attention_heads": spec.heads,
+        "num_key_value_heads": spec.kv_heads,
+        "head_dim": head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": spec.max_position,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": spec.rope_theta,
+        "vocab_size": vocab,
+        "bos_token_id": tok.token_to_id(BOS),
+        "eos_token_id": tok.token_to_id(EOS),
+        "pad_token_id": tok.token_to_id(PAD),
+        "tie_word_embeddings": spec.tie_embeddings,
+        "torch_dtype": "bfloat16",
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps({
+        "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
+        "pad_token_id": config["pad_token_id"], "do_sample": False}, indent=2))
+    write_safetensors_bf16(folder / "model.safetensors", random_weights(spec, vocab))
+    manifest = {
+        "name": name, "builder_version": BUILDER_VERSION, "spec": dataclasses.asdict(spec),
+        "vocab_size": vocab, "parameters": int(sum(a.size for a in random_weights(spec, vocab).values())),
+        "content_hash": content_hash(folder),
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+
+
+def random_weights(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
+    """Llama tensor names and shapes, float32, N(0, 0.02) from a seeded PCG64 (same on every machine)."""
+    rng = np.random.Generator(np.random.PCG64(spec.seed))
+    head_dim = spec.hidden // spec.heads
+    h, kv, inter = spec.hidden, spec.kv_heads * head_dim, spec.intermediate
+
+    def normal(*shape):
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+
+    w = {"model.embed_tokens.weight": normal(vocab, h)}
+    for i in range(spec.layers):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = np.ones(h, np.float32)
+        w[p + "post_attention_layernorm.weight"] = np.ones(h, np.float32)
+        w[p + "self_attn.q_proj.weight"] = normal(spec.heads * head_dim, h)
+        w[p + "self_attn.k_proj.weight"] = normal(kv, h)
+        w[p + "self_attn.v_proj.weight"] = normal(kv, h)
+        w[p + "self_attn.o_proj.weight"] = normal(h, spec.heads * head_dim)
+        w[p + "mlp.gate_proj.weight"] = normal(inter, h)
+        w[p + "mlp.up_proj.weight"] = normal(inter, h)
+        w[p + "mlp.down_proj.weight"] = normal(h, inter)
+    w["model.norm.weight"] = np.ones(h, np.float32)
+    if not spec.tie_embeddings:
+        w["lm_head.weight"] = normal(vocab, h)
+    return w
+
+
+def to_bf16_bytes(a: np.ndarray) -> bytes:
+    """float32 → bfloat16 with round-to-nearest-even, as raw little-endian bytes."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return rounded.astype("<u2").tobytes()
+
+
+def write_safetensors_bf16(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """The safetensors format written directly (numpy has no bfloat16)."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        data = to_bf16_bytes(tensors[name])
+        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for b in blobs:
+            f.write(b)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llmgate.tinymodel", description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", nargs="?", help="folder to write (default: print the cached folder)")
+    ap.add_argument("--name", default="tiny-llama")
+    for f in dataclasses.fields(TinySpec):
+        ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default) if f.type != "bool" else int,
+                        default=f.default)
+    a = ap.parse_args(argv)
+    spec = TinySpec(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TinySpec)})
+    folder = build(a.out, spec, a.name)
+    print(folder)
+    print(json.dumps(json.loads((folder / MANIFEST).read_text()), indent=2), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

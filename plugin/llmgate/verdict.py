@@ -1,0 +1,86 @@
+"""Direction-aware verdicts: did a metric move in its worse direction, by more than
+its minimum effect, and is the move real rather than noise?"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from .metrics import Metric
+from .stats import Summary
+
+REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE = "regressed", "improved", "unchanged", "no baseline"
+DEFAULT_ALPHA = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    metric: Metric
+    key: str                       # metric name with its variant, e.g. "ttft_p95@c8"
+    config_id: str
+    now: Summary
+    baseline: Summary | None
+    status: str
+    change: float | None           # relative change of medians, now vs baseline (signed, natural units)
+    worse_change: float | None     # the same, positive when worse
+    min_effect: float
+    p_value: float | None
+    test: str                      # which significance test decided
+    baseline_source: str | None = None
+    note: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == REGRESSED
+
+    def line(self) -> str:
+        m = self.metric
+        if self.baseline is None:
+            return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)"
+        sig = f"p={self.p_value:.3g}" if self.p_value is not None else self.test
+        return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
+                f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}; "
+                f"{self.status} [min effect {self.min_effect:.0%}, {sig}]" + (f" {self.note}" if self.note else ""))
+
+
+def smallest_p(n1: int, n2: int) -> float:
+    """The smallest one-sided p-value an exact Mann–Whitney U test can give for these sample sizes."""
+    return 1.0 / math.comb(n1 + n2, n1)
+
+
+def mann_whitney_worse(metric: Metric, baseline: Sequence[float], now: Sequence[float],
+                       alpha: float = DEFAULT_ALPHA) -> float | None:
+    """One-sided Mann–Whitney U p-value for 'now is worse than baseline'; None when the sample
+    sizes cannot reach ``alpha`` at all (3 vs 3 gives at best p = 0.05)."""
+    if len(baseline) < 2 or len(now) < 2 or smallest_p(len(baseline), len(now)) >= alpha:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    alternative = "greater" if metric.better == "lower" else "less"
+    return float(mannwhitneyu(list(now), list(baseline), alternative=alternative).pvalue)
+
+
+def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float] | None,
+          min_effect: float | None = None, alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None) -> Verdict:
+    """Regressed only if the median moved the worse way by more than ``min_effect`` AND the
+    move is significant (one-sided Mann–Whitney U at ``alpha``); when the sample sizes are too
+    small for the test to ever reach ``alpha``, the effect size alone decides and the verdict says so."""
+    eff = metric.min_effect if min_effect is None else min_effect
+    s_now = Summary.of(now)
+    if not baseline:
+        return Verdict(metric, key, config_id, s_now, None, NO_BASELINE, None, None, eff, None, "none")
+    s_base = Summary.of(baseline)
+    change = (s_now.median - s_base.median) / abs(s_base.median) if s_base.median else 0.0
+    worse = metric.worse_change(s_base.median, s_now.median)
+    p = mann_whitney_worse(metric, baseline, now, alpha)
+    test = ("Mann-Whitney U" if p is not None else
+            f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
+    significant = p is None or p < alpha
+    if worse > eff and significant:
+        status = REGRESSED
+    elif -worse > eff:
+        status = IMPROVED
+    else:
+        status = UNCHANGED
+    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, test, baseline_source)

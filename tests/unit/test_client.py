@@ -1,0 +1,120 @@
+"""The streaming client's parsing and failure handling, against canned server-sent events
+served on loopback (the real-engine behaviour is covered by the engine tests)."""
+
+import asyncio
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from llmgate.client import stream_request
+
+SCRIPTS: dict[str, tuple[int, list[tuple[float, bytes]]]] = {}
+
+
+def event(obj) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chunk(text, completion=None, finish=None):
+    e = {"choices": [{"index": 0, "text": text, "finish_reason": finish}]}
+    if completion is not None:
+        e["usage"] = {"prompt_tokens": 7, "completion_tokens": completion}
+    return e
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        status, parts = SCRIPTS[self.path]
+        self.send_response(status)
+        self.send_header("content-type", "text/event-stream" if status == 200 else "application/json")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for delay, data in parts:
+            time.sleep(delay)
+            self.wfile.write(data)
+            self.wfile.flush()
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def run(url, path, timeout=5.0):
+    async def go():
+        async with httpx.AsyncClient() as http:
+            return await stream_request(http, url + path, {"prompt": "x", "max_tokens": 3}, timeout)
+    return asyncio.run(go())
+
+
+def test_counts_tokens_from_usage_not_chunks(server):
+    SCRIPTS["/multi"] = (200, [(0.05, event(chunk("a", 1))), (0.03, event(chunk("bcd", 4))),
+                               (0.01, event(chunk("", 4, "length"))), (0, event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}})),
+                               (0, b"data: [DONE]\n\n")])
+    s = run(server, "/multi")
+    assert s.ok, s.error
+    assert s.completion_tokens == 4 and s.prompt_tokens == 7
+    assert s.chunk_tokens == [1, 3]          # the empty finish chunk carries no token
+    assert len(s.itl) == 3                   # one ITL per token after the first chunk
+    assert s.ttft >= 0.05 and s.text == "abcd" and s.finish_reason == "length"
+
+
+def test_http_error_is_a_failed_sample(server):
+    SCRIPTS["/500"] = (500, [(0, b'{"error": "engine exploded"}')])
+    s = run(server, "/500")
+    assert not s.ok and s.status == 500 and "HTTP 500" in s.error and "engine exploded" in s.error
+
+
+def test_malformed_event_is_a_failed_sample(server):
+    SCRIPTS["/bad"] = (200, [(0, event(chunk("a", 1))), (0, b"data: {not json\n\n")])
+    s = run(server, "/bad")
+    assert not s.ok and "malformed SSE event" in s.error
+
+
+def test_stream_cut_short_is_a_failed_sample(server):
+    SCRIPTS["/short"] = (200, [(0, event(chunk("a", 1)))])
+    s = run(server, "/short")
+    assert not s.ok and "without [DONE]" in s.error
+
+
+def test_hung_stream_times_out(server):
+    SCRIPTS["/hang"] = (200, [(0, event(chunk("a", 1))), (3.0, b"data: [DONE]\n\n")])
+    t = time.perf_counter()
+    s = run(server, "/hang", timeout=0.5)
+    assert time.perf_counter() - t < 2.5
+    assert not s.ok and "timeout" in s.error
+
+
+def test_error_event_in_stream(server):
+    SCRIPTS["/err"] = (200, [(0, event({"error": {"message": "overloaded"}}))])
+    s = run(server, "/err")
+    assert not s.ok and "overloaded" in s.error
+
+
+def test_missing_usage_cannot_be_counted(server):
+    SCRIPTS["/nousage"] = (200, [(0, event(chunk("a"))), (0, b"data: [DONE]\n\n")])
+    s = run(server, "/nousage")
+    assert not s.ok and "no usage" in s.error
+
+
+def test_chat_deltas(server):
+    SCRIPTS["/chat"] = (200, [(0, event({"choices": [{"delta": {"content": "hi"}}]})),
+                              (0, event({"choices": [{"delta": {"content": " there"}}]})),
+                              (0, event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})),
+                              (0, b"data: [DONE]\n\n")])
+    s = run(server, "/chat")
+    assert s.ok and s.text == "hi there" and s.completion_tokens == 2 and s.chunk_tokens is None

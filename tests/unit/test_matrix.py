@@ -1,0 +1,108 @@
+"""Matrix loading and validation: every bad entry is one line naming file, entry and key."""
+
+import pytest
+
+from llmgate import matrix
+from llmgate.matrix import MatrixError
+
+
+def load_text(tmp_path, text, name="llmgate.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return matrix.load(p)
+
+
+GOOD = """
+[defaults]
+engine = "vllm"
+model = "tiny"
+kv_cache_bytes = 1_000_000_000
+
+[models.tiny-draft]
+layers = 1
+
+[[matrix]]
+id = "a"
+dtype = "bfloat16"
+
+[[matrix]]
+id = "b"
+kv_cache_dtype = "fp8"
+prefix_caching = false
+speculative = { method = "draft_model", model = "tiny-draft", num_speculative_tokens = 3 }
+args = ["--max-num-seqs", "4"]
+env = { FOO = "1" }
+"""
+
+
+def test_good_matrix(tmp_path):
+    m = load_text(tmp_path, GOOD)
+    a, b = m.entries
+    assert (a.id, a.engine, a.model, a.dtype, a.kv_cache_bytes) == ("a", "vllm", "tiny", "bfloat16", 1_000_000_000)
+    assert b.kv_cache_dtype == "fp8" and b.prefix_caching is False
+    assert b.args == ("--max-num-seqs", "4") and b.env == {"FOO": "1"}
+    assert b.speculative["num_speculative_tokens"] == 3
+    assert m.models["tiny-draft"].layers == 1
+    assert m.by_id("b") is b
+
+
+def test_embedded_default_is_valid():
+    m = matrix.load(matrix.DEFAULT_MATRIX)
+    assert [e.engine for e in m.entries] == ["vllm"]
+    assert m.entries[0].model == "tiny" and m.entries[0].device == "cpu"
+
+
+def test_pyproject_table(tmp_path):
+    text = '[project]\nname = "x"\n\n[tool.llmgate]\n[[tool.llmgate.matrix]]\nid = "p"\nengine = "vllm"\nmodel = "tiny"\n'
+    m = load_text(tmp_path, text, "pyproject.toml")
+    assert m.entries[0].id == "p"
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ('id = "x"\nengine = "nope"\nmodel = "tiny"', "matrix entry 'x': key 'engine': unknown engine 'nope'"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\ncolour = "red"', "matrix entry 'x': unknown key 'colour'"),
+    ('id = "x"\nengine = "vllm"\nmodel = "/no/such/model"', "matrix entry 'x': key 'model': path '/no/such/model' does not exist"),
+    ('engine = "vllm"\nmodel = "tiny"', "matrix entry #1: missing required key 'id'"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\nmax_model_len = "long"', "key 'max_model_len' must be an integer"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\nprefix_caching = 1', "key 'prefix_caching' must be true or false"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\nmax_model_len = true', "key 'max_model_len' must be an integer"),
+    ('id = "x y"\nengine = "vllm"\nmodel = "tiny"', "key 'id' must be letters"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\ndevice = "tpu"', "key 'device' must be one of cpu, gpu"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\nspeculative = { num_speculative_tokens = 2 }', "key 'speculative' needs a 'method'"),
+    ('id = "x"\nengine = "vllm"\nmodel = "tiny"\nargs = ["--a", 1]', "key 'args' must be a list of strings"),
+])
+def test_bad_entries_are_one_line(tmp_path, entry, fragment):
+    with pytest.raises(MatrixError) as e:
+        load_text(tmp_path, "[[matrix]]\n" + entry + "\n")
+    msg = str(e.value)
+    assert fragment in msg
+    assert "\n" not in msg
+    assert msg.startswith(str(tmp_path / "llmgate.toml"))
+
+
+def test_duplicate_ids(tmp_path):
+    text = '[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n'
+    with pytest.raises(MatrixError, match="used by two entries"):
+        load_text(tmp_path, text)
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    with pytest.raises(MatrixError, match="not valid TOML"):
+        load_text(tmp_path, "[[matrix]\n")
+    with pytest.raises(MatrixError, match="matrix file not found"):
+        matrix.load(tmp_path / "absent.toml")
+
+
+def test_relative_model_path_is_relative_to_the_file(tmp_path):
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    m = load_text(tmp_path, '[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "models/m"\n')
+    assert m.entries[0].model == str(tmp_path / "models" / "m")
+
+
+def test_discover_order(tmp_path):
+    assert matrix.discover(tmp_path, None) == matrix.DEFAULT_MATRIX
+    (tmp_path / "pyproject.toml").write_text("[tool.llmgate]\n")
+    assert matrix.discover(tmp_path, None) == tmp_path / "pyproject.toml"
+    (tmp_path / "llmgate.toml").write_text("")
+    assert matrix.discover(tmp_path, None) == tmp_path / "llmgate.toml"
+    assert matrix.discover(tmp_path, "other.toml") == tmp_path / "other.toml"

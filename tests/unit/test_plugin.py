@@ -1,0 +1,163 @@
+"""The pytest plugin itself, driven with pytester: options, markers, matrix parametrization,
+baseline storage and the compare verdict (without an engine; see test_gate_vllm.py for the real one)."""
+
+import json
+import textwrap
+
+import pytest
+
+TWO_ENTRIES = """
+[defaults]
+engine = "vllm"
+model = "tiny"
+
+[[matrix]]
+id = "first"
+
+[[matrix]]
+id = "second-gpu"
+device = "gpu"
+"""
+
+
+def test_options_are_listed(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*llmgate*", "*--llmgate-matrix=PATH*", "*--llmgate-min-effect=METRIC=FRACTION*"])
+
+
+def test_markers_are_registered(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.engine:*", "@pytest.mark.gpu:*"])
+
+
+def test_matrix_parametrizes_the_config_fixture(pytester):
+    pytester.makefile(".toml", llmgate=TWO_ENTRIES)
+    pytester.makepyfile("""
+        def test_config(llmgate_config):
+            assert llmgate_config.engine == "vllm"
+    """)
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_config[[]first[]]", "*test_config[[]second-gpu[]]"])
+
+
+def test_engine_marker_and_gpu_skip_with_reason(pytester):
+    pytester.makefile(".toml", llmgate=TWO_ENTRIES)
+    pytester.makepyfile("""
+        def test_config(llmgate_config):
+            pass
+    """)
+    result = pytester.runpytest("-m", "engine", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED*no NVIDIA GPU*"])
+    result = pytester.runpytest("-m", "gpu")
+    result.assert_outcomes(skipped=1)
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('id = "bad"\nengine = "tgi"\nmodel = "tiny"', "matrix entry 'bad': key 'engine': unknown engine 'tgi' (known: vllm"),
+    ('id = "bad"\nengine = "vllm"\nmodel = "tiny"\nmax_batch = 3', "matrix entry 'bad': unknown key 'max_batch'"),
+    ('id = "bad"\nengine = "vllm"\nmodel = "/nonexistent/model"', "matrix entry 'bad': key 'model': path '/nonexistent/model' does not exist"),
+])
+def test_bad_matrix_entry_fails_collection_in_one_line(pytester, entry, message):
+    pytester.makefile(".toml", llmgate="[[matrix]]\n" + entry + "\n")
+    pytester.makepyfile("def test_x(llmgate_config): pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    lines = [ln for ln in result.stdout.lines if message in ln]
+    assert lines, result.stdout.str()
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_explicit_matrix_option(pytester):
+    pytester.makefile(".toml", other='[[matrix]]\nid = "from-option"\nengine = "vllm"\nmodel = "tiny"\n')
+    pytester.makepyfile("def test_x(llmgate_config): pass\n")
+    result = pytester.runpytest("--llmgate-matrix", "other.toml", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*test_x[[]from-option[]]"])
+
+
+def test_bad_min_effect_option(pytester):
+    pytester.makepyfile("def test_x(): pass\n")
+    result = pytester.runpytest("--llmgate-min-effect", "nonsense=0.1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--llmgate-min-effect 'nonsense=0.1'*known metric*"])
+
+
+RECORDING_TEST = """
+import json, os
+from llmgate import metrics
+
+def test_measure(gate):
+    values = json.loads(os.environ["VALUES"])
+    gate.record(metrics.DECODE_TOK_S, values["tok_s"])
+    gate.record(metrics.TTFT_P95, values["ttft"], "c8")
+"""
+
+
+def run_with(pytester, tok_s, ttft, *args):
+    pytester.makepyfile(test_rec=RECORDING_TEST)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VALUES", json.dumps({"tok_s": tok_s, "ttft": ttft}))
+        return pytester.runpytest_subprocess(*args)
+
+
+def stored_files(pytester):
+    return sorted((pytester.path / "baselines").rglob("*.json"))
+
+
+def test_save_then_compare_passes_then_regression_fails(pytester):
+    base_tok, base_ttft = [100, 102, 98, 101, 99], [0.100, 0.105, 0.098, 0.101, 0.103]
+    r = run_with(pytester, base_tok, base_ttft, "--benchmark-save=base")
+    r.assert_outcomes(passed=1)
+    files = stored_files(pytester)
+    assert len(files) == 1, "pytest-benchmark storage should default to baselines/"
+    saved = json.loads(files[0].read_text())
+    entry = {b["fullname"]: b for b in saved["benchmarks"]}["test_rec.py::test_measure::decode_tok_s"]
+    assert entry["extra_info"]["llmgate"]["values"] == base_tok
+    assert entry["extra_info"]["llmgate"]["better"] == "higher"
+    assert entry["stats"]["median"] == pytest.approx(1 / 100)  # stored as s/token: bigger is worse
+
+    # same numbers within noise: passes
+    r = run_with(pytester, [99, 101, 100, 103, 98], [0.102, 0.099, 0.104, 0.100, 0.101], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*decode tok/s*unchanged*"])
+
+    # faster is not a failure
+    r = run_with(pytester, [150, 151, 149, 152, 150], base_ttft, "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*improved*"])
+
+    # slower decode and higher TTFT: the test itself fails, naming metric, baseline, now and change
+    r = run_with(pytester, [70, 71, 69, 72, 70], [0.150, 0.160, 0.155, 0.152, 0.158], "--benchmark-compare")
+    r.assert_outcomes(failed=1)
+    out = r.stdout.str()
+    assert "performance regression" in out
+    assert "decode_tok_s" in out and "baseline 100.0 tok/s" in out and "now 70.0 tok/s" in out and "-30.0%" in out
+    assert "ttft_p95@c8" in out and "baseline 101.0 ms" in out and "now 155.0 ms" in out
+
+
+def test_pytest_benchmark_compare_fail_keeps_working_in_the_right_direction(pytester):
+    run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-save=base").assert_outcomes(passed=1)
+    # higher tok/s is better: pytest-benchmark's own check must not call it a regression
+    r = run_with(pytester, [200] * 5, [0.1] * 5, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    assert r.ret == 0, r.stdout.str()
+    r = run_with(pytester, [50] * 5, [0.1] * 5, "--benchmark-compare", "--benchmark-compare-fail=median:10%",
+                 "--llmgate-min-effect", "decode_tok_s=0.9")
+    assert r.ret != 0
+    both = r.stdout.str() + r.stderr.str()
+    assert "Performance has regressed" in both and "test_measure::decode_tok_s" in both
+
+
+def test_min_effect_option_and_marker(pytester):
+    run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-save=base").assert_outcomes(passed=1)
+    r = run_with(pytester, [80] * 5, [0.1] * 5, "--benchmark-compare", "--llmgate-min-effect", "decode_tok_s=0.25")
+    r.assert_outcomes(passed=1)
+    r = run_with(pytester, [80] * 5, [0.1] * 5, "--benchmark-compare")
+    r.assert_outcomes(failed=1)
+
+
+def test_no_engine_needed_for_unit_collection(pytester):
+    """Tests that do not ask for llmgate fixtures never load the matrix (a broken one does not matter)."""
+    pytester.makefile(".toml", llmgate="not toml at all [[[")
+    pytester.makepyfile("def test_plain(): pass\n")
+    pytester.runpytest().assert_outcomes(passed=1)

@@ -1,0 +1,61 @@
+"""Direction-aware verdicts."""
+
+import pytest
+
+from llmgate import metrics
+from llmgate.verdict import IMPROVED, NO_BASELINE, REGRESSED, UNCHANGED, judge
+
+TOKS = metrics.DECODE_TOK_S      # higher is better
+TTFT = metrics.TTFT_P95          # lower is better
+
+
+def test_lower_throughput_is_a_regression():
+    v = judge(TOKS, "decode_tok_s", "cfg", [80, 81, 79, 80, 82], [100, 101, 99, 100, 102], min_effect=0.05)
+    assert v.status == REGRESSED and v.failed
+    assert v.change == pytest.approx(-0.2)
+    assert v.p_value < 0.05
+    line = v.line()
+    assert "decode_tok_s" in line and "100.0 tok/s" in line and "80.0 tok/s" in line and "-20.0%" in line
+
+
+def test_higher_throughput_is_an_improvement_not_a_failure():
+    v = judge(TOKS, "decode_tok_s", "cfg", [120, 121, 119], [100, 101, 99])
+    assert v.status == IMPROVED and not v.failed
+
+
+def test_higher_latency_is_a_regression_lower_is_not():
+    assert judge(TTFT, "ttft_p95", "c", [0.2, 0.21, 0.22], [0.1, 0.11, 0.1]).status == REGRESSED
+    assert judge(TTFT, "ttft_p95", "c", [0.05, 0.05, 0.06], [0.1, 0.11, 0.1]).status == IMPROVED
+
+
+def test_change_below_min_effect_is_unchanged():
+    v = judge(TOKS, "decode_tok_s", "c", [97, 97, 97, 97], [100, 100, 100, 100], min_effect=0.05)
+    assert v.status == UNCHANGED
+
+
+def test_overlapping_noise_is_not_significant():
+    # medians differ by 20% but the samples overlap completely: not a regression
+    v = judge(TOKS, "decode_tok_s", "c", [60, 140, 80, 120, 100], [50, 150, 125, 75, 110], min_effect=0.05)
+    assert v.status != REGRESSED
+    assert v.p_value is not None and v.p_value > 0.05
+
+
+def test_without_baseline():
+    v = judge(TOKS, "decode_tok_s", "c", [1, 2, 3], None)
+    assert v.status == NO_BASELINE and v.baseline is None and not v.failed
+
+
+def test_too_few_values_decides_on_effect_alone():
+    v = judge(TOKS, "decode_tok_s", "c", [50], [100])
+    assert v.status == REGRESSED and v.p_value is None and "effect size only" in v.test
+    # 3 against 3 can never reach p < 0.05 with an exact rank test: effect size decides, and says so
+    v = judge(TOKS, "decode_tok_s", "c", [50, 51, 49], [100, 99, 101])
+    assert v.status == REGRESSED and v.p_value is None and "3 vs 3" in v.test
+    # 4 against 4 can: the test decides
+    v = judge(TOKS, "decode_tok_s", "c", [50, 51, 49, 50], [100, 99, 101, 100])
+    assert v.status == REGRESSED and v.p_value == pytest.approx(1 / 70, rel=0.05)
+
+
+def test_cost_form_for_pytest_benchmark():
+    assert TOKS.cost(200.0) == pytest.approx(0.005)  # tok/s stored as s/tok: bigger is worse
+    assert TTFT.cost(0.1) == 0.1
