@@ -341,6 +341,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         (gs.out_dir / "last-run.json").write_text(json.dumps(summary, indent=2))
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     gs = config.stash.get(SESSION_KEY, None)
     if gs is None or not (gs.verdicts or gs.boots):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 CORPUS = Path(__file__).parent / "data" / "corpus.txt"
 MANIFEST = "llmgate-model.json"
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
@@ -53,6 +53,11 @@ class TinySpec:
     seed: int = 0
     rope_theta: float = 10000.0
     tie_embeddings: bool = False
+    weights: str = "bf16"  # "bf16", or "awq4": linear layers in AWQ 4-bit (RTN), the rest fp16
+
+    def __post_init__(self):
+        if self.weights not in ("bf16", "awq4"):
+            raise ValueError(f"weights must be 'bf16' or 'awq4', not {self.weights!r}")
 
     def key(self) -> str:
         h = hashlib.sha256()
@@ -168,34 +173,52 @@ def _write_model(folder: Path, spec: TinySpec, name: str) -> None:
         "eos_token_id": tok.token_to_id(EOS),
         "pad_token_id": tok.token_to_id(PAD),
         "tie_word_embeddings": spec.tie_embeddings,
-        "torch_dtype": "bfloat16",
+        "torch_dtype": "bfloat16" if spec.weights == "bf16" else "float16",
         "attention_bias": False,
         "mlp_bias": False,
     }
+    if spec.weights == "awq4":
+        config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": AWQ_GROUP,
+                                         "zero_point": True, "version": "gemm", "modules_to_not_convert": None}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     (folder / "generation_config.json").write_text(json.dumps({
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["pad_token_id"], "do_sample": False}, indent=2))
-    write_safetensors_bf16(folder / "model.safetensors", random_weights(spec, vocab))
+    write_safetensors(folder / "model.safetensors", checkpoint_tensors(spec, vocab))
     manifest = {
         "name": name, "builder_version": BUILDER_VERSION, "spec": dataclasses.asdict(spec),
-        "vocab_size": vocab, "parameters": int(sum(a.size for a in random_weights(spec, vocab).values())),
+        "vocab_size": vocab, "parameters": parameter_count(spec, vocab),
         "content_hash": content_hash(folder),
     }
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
+def parameter_count(spec: TinySpec, vocab: int) -> int:
+    head_dim = spec.hidden // spec.heads
+    h, q, kv, inter = spec.hidden, spec.heads * head_dim, spec.kv_heads * head_dim, spec.intermediate
+    per_layer = 2 * h + h * q + 2 * h * kv + q * h + 3 * h * inter
+    return vocab * h * (1 if spec.tie_embeddings else 2) + h + spec.layers * per_layer
+
+
 def random_weights(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
-    """Llama tensor names and shapes, float32, N(0, 0.02) from a seeded PCG64 (same on every machine)."""
-    rng = np.random.Generator(np.random.PCG64(spec.seed))
+    """Llama tensor names and shapes, float32, N(0, 0.02), same on every machine.
+
+    Every tensor group has its own seeded PCG64 stream (embeddings, LM head, each layer), so
+    a spec with fewer layers and the same seed is an exact truncation of the deeper model:
+    the draft model of the speculative-decoding lever shares embeddings, head and first layers.
+    """
     head_dim = spec.hidden // spec.heads
     h, kv, inter = spec.hidden, spec.kv_heads * head_dim, spec.intermediate
 
-    def normal(*shape):
-        return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+    def stream(*key: int):
+        rng = np.random.Generator(np.random.PCG64([spec.seed, *key]))
+        return lambda *shape: rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
 
-    w = {"model.embed_tokens.weight": normal(vocab, h)}
+    w = {"model.embed_tokens.weight": stream(1_000_000)(vocab, h)}
+    if not spec.tie_embeddings:
+        w["lm_head.weight"] = stream(1_000_001)(vocab, h)
     for i in range(spec.layers):
+        normal = stream(i)
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = np.ones(h, np.float32)
         w[p + "post_attention_layernorm.weight"] = np.ones(h, np.float32)
@@ -207,9 +230,69 @@ def random_weights(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
         w[p + "mlp.up_proj.weight"] = normal(inter, h)
         w[p + "mlp.down_proj.weight"] = normal(h, inter)
     w["model.norm.weight"] = np.ones(h, np.float32)
-    if not spec.tie_embeddings:
-        w["lm_head.weight"] = normal(vocab, h)
     return w
+
+
+LINEAR_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                   "gate_proj.weight", "up_proj.weight", "down_proj.weight")
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a packed int32 holds column AWQ_ORDER[i] (AutoAWQ "gemm")
+AWQ_GROUP = 128
+
+
+def awq_quantize(weight: np.ndarray, group: int = AWQ_GROUP) -> dict[str, np.ndarray]:
+    """Round-to-nearest 4-bit, asymmetric, per group of ``group`` input channels, packed in the
+    AutoAWQ GEMM layout (qweight/qzeros int32 [in, out/8] / [in/group, out/8], scales fp16 [in/group, out]).
+
+    The format is AWQ's; the rounding is plain RTN (no activation-aware scaling, which needs
+    calibration data and would change nothing for random weights)."""
+    w = weight.T.astype(np.float32)                      # [in, out]
+    n_in, n_out = w.shape
+    if n_in % group or n_out % 8:
+        raise ValueError(f"AWQ needs in % {group} == 0 and out % 8 == 0, got {w.shape}")
+    g = w.reshape(n_in // group, group, n_out)
+    wmax, wmin = g.max(axis=1), g.min(axis=1)            # [in/group, out]
+    scales = np.maximum(wmax - wmin, 1e-8) / 15.0
+    scales = scales.astype(np.float16).astype(np.float32)
+    zeros = np.clip(np.round(-wmin / scales), 0, 15)
+    q = np.clip(np.round(g / scales[:, None, :]) + zeros[:, None, :], 0, 15).astype(np.uint32).reshape(n_in, n_out)
+
+    def pack(a: np.ndarray) -> np.ndarray:
+        a = a.astype(np.uint32).reshape(a.shape[0], n_out // 8, 8)
+        out = np.zeros(a.shape[:2], np.uint32)
+        for i, col in enumerate(AWQ_ORDER):
+            out |= a[:, :, col] << np.uint32(4 * i)
+        return out.view(np.int32)
+
+    return {"qweight": pack(q), "qzeros": pack(zeros.astype(np.uint32)), "scales": scales.astype(np.float16)}
+
+
+def awq_dequantize(t: dict[str, np.ndarray], group: int = AWQ_GROUP) -> np.ndarray:
+    """The torch-layout [out, in] float32 weight an AWQ tensor triple stands for (for checks)."""
+    def unpack(a: np.ndarray) -> np.ndarray:
+        a = a.view(np.uint32)
+        out = np.zeros((a.shape[0], a.shape[1] * 8), np.uint32)
+        for i, col in enumerate(AWQ_ORDER):
+            out[:, col::8] = (a >> np.uint32(4 * i)) & np.uint32(0xF)
+        return out.astype(np.float32)
+    q, z, s = unpack(t["qweight"]), unpack(t["qzeros"]), t["scales"].astype(np.float32)
+    zz, ss = np.repeat(z, group, axis=0), np.repeat(s, group, axis=0)
+    return ((q - zz) * ss).T
+
+
+def checkpoint_tensors(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
+    """The tensors as stored: float32 arrays are written as bf16 (bf16 weights) or fp16 (awq4)."""
+    weights = random_weights(spec, vocab)
+    if spec.weights == "bf16":
+        return weights
+    out: dict[str, np.ndarray] = {}
+    for name, w in weights.items():
+        if name.endswith(LINEAR_SUFFIXES):
+            base = name[: -len(".weight")]
+            for k, v in awq_quantize(w).items():
+                out[f"{base}.{k}"] = v
+        else:
+            out[name] = w.astype(np.float16)
+    return out
 
 
 def to_bf16_bytes(a: np.ndarray) -> bytes:
@@ -219,13 +302,17 @@ def to_bf16_bytes(a: np.ndarray) -> bytes:
     return rounded.astype("<u2").tobytes()
 
 
-def write_safetensors_bf16(path: Path, tensors: dict[str, np.ndarray]) -> None:
-    """The safetensors format written directly (numpy has no bfloat16)."""
+_ST_DTYPES = {np.dtype(np.float16): "F16", np.dtype(np.int32): "I32", np.dtype(np.float32): "BF16"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """The safetensors format written directly (numpy has no bfloat16): float32 → BF16, others as they are."""
     header, blobs, offset = {}, [], 0
     for name in sorted(tensors):
-        data = to_bf16_bytes(tensors[name])
-        header[name] = {"dtype": "BF16", "shape": list(tensors[name].shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        a = tensors[name]
+        kind = _ST_DTYPES[a.dtype]
+        data = to_bf16_bytes(a) if kind == "BF16" else np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": kind, "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
     header["__metadata__"] = {"format": "pt"}
@@ -243,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", nargs="?", help="folder to write (default: print the cached folder)")
     ap.add_argument("--name", default="tiny-llama")
     for f in dataclasses.fields(TinySpec):
-        ap.add_argument("--" + f.name.replace("_", "-"), type=type(f.default) if f.type != "bool" else int,
+        ap.add_argument("--" + f.name.replace("_", "-"), type=int if f.type == "bool" else type(f.default),
                         default=f.default)
     a = ap.parse_args(argv)
     spec = TinySpec(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TinySpec)})

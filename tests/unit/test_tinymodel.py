@@ -72,3 +72,39 @@ def test_command_line(cache, tmp_path, capsys):
                            "--intermediate", "128", "--vocab", "1024", "--max-position", "2048"]) == 0
     assert (tmp_path / "out" / "model.safetensors").is_file()
     assert str(tmp_path / "out") in capsys.readouterr().out
+
+
+def test_fewer_layers_is_an_exact_truncation():
+    import numpy as np
+    deep = tinymodel.random_weights(SMALL.__class__(**{**SMALL.__dict__, "layers": 3}), 1024)
+    shallow = tinymodel.random_weights(SMALL, 1024)
+    for name, w in shallow.items():
+        assert np.array_equal(w, deep[name]), name  # embeddings, head and layer 0 are the same tensors
+    assert "model.layers.2.mlp.up_proj.weight" in deep and "model.layers.2.mlp.up_proj.weight" not in shallow
+
+
+def test_awq_pack_round_trip():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((256, 384)).astype(np.float32) * 0.02   # torch layout [out, in]
+    t = tinymodel.awq_quantize(w)
+    assert t["qweight"].shape == (384, 32) and t["qweight"].dtype == np.int32
+    assert t["qzeros"].shape == (3, 32) and t["scales"].shape == (3, 256) and t["scales"].dtype == np.float16
+    back = tinymodel.awq_dequantize(t)
+    assert back.shape == w.shape
+    step = t["scales"].astype(np.float32).max()
+    assert np.abs(back - w).max() <= step * 0.51 + 1e-6   # within half a quantization step
+
+
+def test_awq_checkpoint(cache):
+    spec = TinySpec(**{**SMALL.__dict__, "hidden": 128, "heads": 2, "intermediate": 256, "weights": "awq4"})
+    folder = tinymodel.build(spec=spec, name="t-awq")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "awq" and config["quantization_config"]["bits"] == 4
+    import struct
+    raw = (folder / "model.safetensors").read_bytes()
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    assert header["model.layers.0.mlp.down_proj.qweight"]["dtype"] == "I32"
+    assert header["model.layers.0.mlp.down_proj.scales"]["dtype"] == "F16"
+    assert header["model.embed_tokens.weight"]["dtype"] == "F16"
+    assert "model.layers.0.mlp.down_proj.weight" not in header
