@@ -124,3 +124,12 @@ async def run_async(handle: ServerHandle, requests: list[Request], concurrency: 
     if any(not s.ok for s in samples):
         handle.check_alive()  # a dead server explains every failure at once
     return LoadResult(list(samples), wall, concurrency, label)
+
+
+def decode_run(handle: ServerHandle, prompts: PromptMaker, prompt_tokens: int, output_tokens: int, repeats: int,
+               warmup: int, timeout: float, seed: str) -> LoadResult:
+    """Warm-up requests (discarded), then ``repeats`` requests one at a time, each a fresh prompt."""
+    if warmup:
+        run(handle, fixed_requests(handle, prompts, warmup, prompt_tokens, output_tokens, f"{seed}-warm"), 1, timeout)
+    return run(handle, fixed_requests(handle, prompts, repeats, prompt_tokens, output_tokens, seed), 1, timeout,
+               label=f"decode p={prompt_tokens} out={output_tokens}")

@@ -31,6 +31,7 @@ from . import tinymodel
 DEFAULT_MATRIX = Path(__file__).parent / "default_matrix.toml"
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 DEVICES = ("cpu", "gpu")
+LEVERS = ("quantization", "speculative", "kv_max_len", "concurrency", "prefix_cache")
 
 
 class MatrixError(ValueError):
@@ -60,7 +61,8 @@ class ServerConfig:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     boot_timeout_s: float = 600.0
     min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
-    tags: tuple[str, ...] = ()
+    levers: tuple[str, ...] = ()          # lever scenarios this entry takes part in (LEVERS)
+    reference: str | None = None          # id of the entry it is compared with (same model, lever off)
     source: str = dataclasses.field(default="", compare=False)
 
     def __hash__(self) -> int:
@@ -71,8 +73,28 @@ class ServerConfig:
         d = dataclasses.asdict(self)
         d.pop("source")
         d["args"] = list(self.args)
-        d["tags"] = list(self.tags)
+        d["levers"] = list(self.levers)
         return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenarios:
+    """Workload settings of the lever scenarios (``[scenarios]`` in the matrix file)."""
+
+    decode_prompt_tokens: int = 64
+    decode_output_tokens: int = 256
+    concurrency_levels: tuple[int, ...] = (1, 2, 4, 8)
+    concurrency_prompt_tokens: int = 128
+    concurrency_output_tokens: int = 64
+    prefix_lengths: tuple[int, ...] = (512, 2048, 8192)
+    prefix_suffix_tokens: int = 32
+    prefix_repeats: int = 3
+    prefix_min_reduction: float = 0.5     # with caching on: TTFT reduction expected at the longest prefix
+    prefix_max_reduction_off: float = 0.2  # with caching off: |reduction| must stay below this
+    spec_prompt_tokens: tuple[int, ...] = (64, 2048)   # acceptance at a short and at a long prompt
+    spec_output_tokens: int = 256
+    probe_start: int | None = None        # max_model_len asked for first (default: the model's maximum)
+    probe_verify_output_tokens: int = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +102,7 @@ class Matrix:
     entries: tuple[ServerConfig, ...]
     models: dict[str, tinymodel.TinySpec]
     source: str
+    scenarios: Scenarios = Scenarios()
 
     def by_id(self, id_: str) -> ServerConfig:
         for e in self.entries:
@@ -105,7 +128,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "prefix_caching": (bool,), "max_model_len": (int,), "kv_cache_bytes": (int, _NONE),
     "gpu_memory_utilization": (float, int, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
     "load_format": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
-    "min_effect": (dict,), "tags": (list,),
+    "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE),
 }
 
 
@@ -178,6 +201,13 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             raise MatrixError(f"{where}: {label}: key 'args' must be a list of strings")
         if any(not isinstance(v, str) for v in merged.get("env", {}).values()):
             raise MatrixError(f"{where}: {label}: key 'env' must map names to strings")
+        for lever in merged.get("levers", []):
+            if lever not in LEVERS:
+                raise MatrixError(f"{where}: {label}: key 'levers': unknown lever {lever!r} (known: {', '.join(LEVERS)})")
+        ref = merged.get("reference")
+        if ref is not None and ref not in seen - {merged["id"]}:
+            raise MatrixError(f"{where}: {label}: key 'reference': {ref!r} is not an entry listed before this one "
+                              f"(the reference is measured first in a session)")
         spec = merged.get("speculative")
         if spec is not None and "method" not in spec:
             raise MatrixError(f"{where}: {label}: key 'speculative' needs a 'method'")
@@ -198,12 +228,33 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             p = p if p.is_absolute() or base_dir is None else base_dir / p
             if check_paths and not p.exists():
                 raise MatrixError(f"{where}: {label}: key 'speculative.model': path {str(p)!r} does not exist")
-        values = dict(merged, model=model, args=tuple(merged.get("args", ())), tags=tuple(merged.get("tags", ())))
+        values = dict(merged, model=model, args=tuple(merged.get("args", ())), levers=tuple(merged.get("levers", ())))
         if "gpu_memory_utilization" in values and values["gpu_memory_utilization"] is not None:
             values["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
         values["boot_timeout_s"] = float(values.get("boot_timeout_s", 600.0))
         entries.append(ServerConfig(**values, source=where))
-    return Matrix(tuple(entries), models, where)
+    return Matrix(tuple(entries), models, where, _scenarios(data.get("scenarios") or {}, where))
+
+
+def _scenarios(raw: dict[str, Any], where: str) -> Scenarios:
+    fields = {f.name: f for f in dataclasses.fields(Scenarios)}
+    values: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k not in fields:
+            raise MatrixError(f"{where}: scenarios: unknown key {k!r} (allowed: {', '.join(sorted(fields))})")
+        default = getattr(Scenarios(), k)
+        if isinstance(default, tuple):
+            if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+                raise MatrixError(f"{where}: scenarios: key {k!r} must be a non-empty list of positive integers")
+            v = tuple(v)
+        elif isinstance(default, float):
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise MatrixError(f"{where}: scenarios: key {k!r} must be a number")
+            v = float(v)
+        elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise MatrixError(f"{where}: scenarios: key {k!r} must be a positive integer")
+        values[k] = v
+    return Scenarios(**values)
 
 
 def load(path: Path | str) -> Matrix:

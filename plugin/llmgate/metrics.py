@@ -41,7 +41,7 @@ class Metric:
         if self.unit == "ratio":
             return f"{value:.3f}x" if self.name.endswith(("speedup", "_x")) else f"{value:.3f}"
         if self.unit == "%":
-            return f"{value:.1f} %"
+            return f"{value * 100:.1f} %"
         if self.unit == "bytes":
             return f"{value / 2**20:.0f} MiB"
         if self.unit == "tokens":
@@ -62,6 +62,18 @@ E2E_P50 = M("e2e_p50", "E2E latency p50", "s", "lower", 0.10)
 STARTUP_S = M("startup_s", "start-up time", "s", "lower", 0.25)
 PEAK_RSS = M("peak_rss", "peak memory (RSS)", "bytes", "lower", 0.10)
 
+# lever scenarios
+SPEEDUP = M("speedup_vs_reference", "decode speed ÷ reference entry's (same session)", "ratio", "higher", 0.05)
+SPEC_ACCEPT_RATE = M("spec_acceptance_rate", "spec. acceptance rate (accepted/draft)", "ratio", "higher", 0.05)
+SPEC_ACCEPT_LEN = M("spec_acceptance_length", "spec. mean acceptance length", "ratio", "higher", 0.05)
+SPEC_POS_RATE = M("spec_position_acceptance", "spec. acceptance at draft position", "ratio", "higher", 0.10)
+MAX_MODEL_LEN = M("max_model_len", "verified max_model_len", "tokens", "higher", 0.01)
+KV_TOKENS = M("kv_cache_tokens", "KV cache capacity", "tokens", "higher", 0.01)
+LEN_RATIO = M("max_len_vs_reference", "verified max_model_len ÷ reference entry's", "ratio", "higher", 0.01)
+PREFIX_REDUCTION = M("prefix_ttft_reduction", "TTFT reduction, cached prefix vs cold", "%", "higher", 0.10)
+PREFIX_HITS = M("prefix_cache_hit_tokens", "prefix-cache hit tokens per warm request", "tokens", "higher", 0.05)
+PREFILL_TOK_S = M("prefill_tok_s", "prefill tok/s (prompt tokens ÷ TTFT)", "tok/s", "higher", 0.10)
+
 REGISTRY: dict[str, Metric] = {}
 
 
@@ -71,7 +83,8 @@ def register(metric: Metric) -> Metric:
 
 
 for _m in (DECODE_TOK_S, TTFT_C1, AGGREGATE_TOK_S, TTFT_P50, TTFT_P95, TTFT_P99, ITL_P95, TPOT, E2E_P50,
-           STARTUP_S, PEAK_RSS):
+           STARTUP_S, PEAK_RSS, SPEEDUP, SPEC_ACCEPT_RATE, SPEC_ACCEPT_LEN, SPEC_POS_RATE, MAX_MODEL_LEN, KV_TOKENS,
+           LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S):
     register(_m)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from . import baseline as baseline_store
-from . import gpu, matrix as matrix_mod, metrics, report
+from . import device, matrix as matrix_mod, metrics, report
 from .load import PromptMaker
 from .matrix import Matrix, MatrixError, ServerConfig
 from .server import BootError, Server, ServerHandle
@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--llmgate-min-effect", action="append", default=[], metavar="METRIC=FRACTION",
                 help="smallest relative change in the worse direction that counts as a regression, "
                      "e.g. decode_tok_s=0.1 (repeatable; overrides matrix entries and metric defaults)")
+    g.addoption("--llmgate-reference", metavar="NAME",
+                help="print this run beside published reference figures at the end "
+                     "(e.g. seed-rtx4070, from baselines/reference/)")
     g.addoption("--llmgate-alpha", type=float, default=None, metavar="A",
                 help=f"significance level of the regression test (default {DEFAULT_ALPHA})")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
@@ -90,6 +93,8 @@ class Settings:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engine: the test boots and measures a real serving engine")
     config.addinivalue_line("markers", "gpu: the test needs an NVIDIA GPU (skipped without one)")
+    config.addinivalue_line("markers", "lever(name): the test measures a lever scenario; it runs only on matrix "
+                                       "entries whose `levers` list the name (others skip, with the reason, before any boot)")
     config.addinivalue_line("markers", "llmgate(min_effect=None): per-test llmgate settings, "
                                        "e.g. min_effect={'ttft_p95': 0.2}")
     # pytest-benchmark stores under baselines/ unless the user chose a storage.
@@ -113,6 +118,8 @@ class GateSession:
         self.boots: dict[str, list[dict[str, Any]]] = {}
         self.verdicts: list[Verdict] = []
         self._prompt_makers: dict[str, PromptMaker] = {}
+        self.lever_results: dict[tuple[str, str], dict[str, Any]] = {}   # (lever, entry id) → figures
+        self.summary: dict[str, Any] | None = None
 
     @property
     def matrix(self) -> Matrix:
@@ -126,6 +133,12 @@ class GateSession:
                 self._matrix_error = str(e)
                 raise
         return self._matrix
+
+    def config_detail(self, cid: str) -> dict[str, Any] | None:
+        try:
+            return self.matrix.by_id(cid).describe()
+        except (KeyError, MatrixError):
+            return None
 
     def progress(self, cid: str, elapsed: float, last_line: str) -> None:
         say(self.config, f"llmgate: booting {cid}: {elapsed:.0f} s … {last_line.strip()[-150:]}")
@@ -146,6 +159,11 @@ class GateSession:
         say(self.config, f"llmgate: {cfg.id} ready in {handle.startup_s:.1f} s "
                          f"({handle.engine_info.engine} {handle.engine_info.version}) at {handle.base_url}")
         return handle
+
+    def shutdown_all(self, why: str) -> None:
+        for cid in list(self.servers):
+            say(self.config, f"llmgate: stopping {cid}: {why}")
+            self.shutdown(cid)
 
     def shutdown(self, cfg_id: str) -> None:
         server = self.servers.pop(cfg_id, None)
@@ -203,16 +221,45 @@ class Gate:
         return callspec.params.get("llmgate_config") if callspec else None
 
     def provenance(self) -> dict[str, Any]:
+        """What every stored result carries: configuration, engine, model, device, settings, memory."""
+        st = self.session.settings
+        out: dict[str, Any] = {"device": device.describe(),
+                               "settings": {"repeats": st.repeats, "warmup": st.warmup,
+                                            "request_timeout_s": st.request_timeout}}
         cfg = self.config_entry
         if cfg is None:
-            return {}
-        out: dict[str, Any] = {"config": cfg.describe()}
+            return out
+        out["config"] = cfg.describe()
         server = self.session.servers.get(cfg.id)
         if server is not None and server.handle is not None:
             h = server.handle
-            out.update(engine=dataclasses.asdict(h.engine_info), model_hash=h.model_hash,
-                       startup_s=h.startup_s, boot=h.boot_number)
+            out.update(engine=dataclasses.asdict(h.engine_info), model_path=str(h.model_path),
+                       model_hash=h.model_hash, startup_s=h.startup_s, boot=h.boot_number,
+                       peak_rss_bytes=h.memory.peak(), engine_log=h.engine.read_log(h.log_tail(3000)))
         return out
+
+    # -- lever scenarios: figures shared between an entry and its reference ----------------
+    def require_lever(self, lever: str) -> ServerConfig:
+        """This test's matrix entry, which must take part in ``lever`` (tests carry
+        ``@pytest.mark.lever(name)``, so other entries were skipped before booting)."""
+        cfg = self.config_entry
+        if cfg is None or lever not in cfg.levers:
+            raise RuntimeError(f"require_lever({lever!r}): the test needs @pytest.mark.lever({lever!r}) and a matrix "
+                               f"entry that lists it")
+        return cfg
+
+    def remember(self, lever: str, figures: dict[str, Any]) -> None:
+        cfg = self.config_entry
+        assert cfg is not None
+        self.session.lever_results[(lever, cfg.id)] = figures
+
+    def reference(self, lever: str) -> tuple[ServerConfig | None, dict[str, Any] | None]:
+        """The reference entry of this test's entry and its figures for ``lever`` in this session."""
+        cfg = self.config_entry
+        if cfg is None or cfg.reference is None:
+            return None, None
+        ref = self.session.matrix.by_id(cfg.reference)
+        return ref, self.session.lever_results.get((lever, ref.id))
 
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
                raw: dict[str, Any] | None = None, **info: Any) -> Verdict:
@@ -231,6 +278,7 @@ class Gate:
         verdict = judge(metric, key, cfg.id if cfg else self.item.name, values, base_values,
                         self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
                         base[0] if base else None)
+        verdict = dataclasses.replace(verdict, test=getattr(self.item, "originalname", self.item.name))
         self.verdicts.append(verdict)
         self.session.verdicts.append(verdict)
         return verdict
@@ -254,15 +302,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("llmgate_config", params, scope="session")
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Markers go on at collection, before -m selects: `engine` on every test that uses a
+    matrix entry, and a skip with the reason on `gpu` tests when there is no GPU."""
+    if "llmgate_config" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.engine)
+        lever = item.get_closest_marker("lever")
+        callspec = getattr(item, "callspec", None)
+        cfg = callspec.params.get("llmgate_config") if callspec else None
+        if lever is not None and cfg is not None and lever.args[0] not in cfg.levers:
+            item.add_marker(pytest.mark.skip(
+                reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this entry (levers = {list(cfg.levers)})"))
+    if item.get_closest_marker("gpu") is not None:
+        no_gpu = device.why_no_gpu()
+        if no_gpu:
+            item.add_marker(pytest.mark.skip(reason=no_gpu))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    no_gpu = None
-    for item in items:
-        if "llmgate_config" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.engine)
-        if item.get_closest_marker("gpu") is not None:
-            no_gpu = no_gpu if no_gpu is not None else (gpu.why_no_gpu() or "")
-            if no_gpu:
-                item.add_marker(pytest.mark.skip(reason=no_gpu))
+    # tests that boot their own servers run after every test that shares the session's servers,
+    # so those boot once per session and never run beside a probe's server
+    exclusive = [i for i in items if "llmgate_exclusive" in getattr(i, "fixturenames", ())]
+    if exclusive:
+        items[:] = [i for i in items if i not in exclusive] + exclusive
 
 
 # -- fixtures ------------------------------------------------------------------------------
@@ -304,6 +367,14 @@ def llmgate_prompts(llmgate_server: ServerHandle, llmgate_session: GateSession) 
 
 
 @pytest.fixture
+def llmgate_exclusive(llmgate_session: GateSession) -> GateSession:
+    """For tests that boot their own servers (probes): no other server may run meanwhile
+    (on a small machine an idle vLLM CPU worker still spins on its core)."""
+    llmgate_session.shutdown_all("the next test boots its own servers and needs the machine to itself")
+    return llmgate_session
+
+
+@pytest.fixture
 def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
     g = Gate(request.node, llmgate_session)
     request.node.stash[GATE_KEY] = g
@@ -329,10 +400,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         gs.shutdown(cid)
     if gs.verdicts or gs.boots:
         gs.out_dir.mkdir(parents=True, exist_ok=True)
-        summary = {
+        gs.summary = summary = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "device": device.describe(),
             "boots": gs.boots,
-            "verdicts": [{"config": v.config_id, "key": v.key, "metric": v.metric.name, "unit": v.metric.unit,
+            "verdicts": [{"config": v.config_id, "config_detail": gs.config_detail(v.config_id),
+                          "test": v.test, "key": v.key, "metric": v.metric.name, "unit": v.metric.unit,
                           "better": v.metric.better, "now": v.now.as_dict(),
                           "baseline": v.baseline.as_dict() if v.baseline else None, "change": v.change,
                           "status": v.status, "p_value": v.p_value, "min_effect": v.min_effect,
@@ -341,8 +414,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         (gs.out_dir / "last-run.json").write_text(json.dumps(summary, indent=2))
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_terminal_summary(terminalreporter, config: pytest.Config):
+    """llmgate's section comes after the other plugins' (pytest-benchmark's tables), and is
+    written even when one of them raised (pytest-benchmark's --benchmark-compare-fail does)."""
+    try:
+        return (yield)
+    finally:
+        _write_summary(terminalreporter, config)
+
+
+def _write_summary(terminalreporter, config: pytest.Config) -> None:
     gs = config.stash.get(SESSION_KEY, None)
     if gs is None or not (gs.verdicts or gs.boots):
         return
@@ -355,6 +437,15 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if gs.verdicts:
         tr.write_line("")
         tr.write_line(report.verdict_table(gs.verdicts))
+        ref_name = config.getoption("llmgate_reference")
+        if ref_name and gs.summary:
+            from . import reference
+            tr.write_line("")
+            try:
+                tr.write_line(reference.table(reference.load(ref_name, (config.rootpath / "baselines" / "reference",)),
+                                              gs.summary))
+            except (FileNotFoundError, ValueError) as e:
+                tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
         regressed = [v for v in gs.verdicts if v.failed]
         if regressed:
             tr.write_line("")

@@ -11,11 +11,11 @@ from .verdict import Verdict
 
 def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
     rows = []
-    for v in sorted(verdicts, key=lambda v: (v.config_id, v.key)):
+    for v in sorted(verdicts, key=lambda v: (v.config_id, v.test, v.key)):
         m = v.metric
         spread = f"{m.display(v.now.min)} – {m.display(v.now.max)}" if v.now.n > 1 else ""
         rows.append([
-            v.config_id, f"{m.label}" + (f" @{v.key.split('@', 1)[1]}" if "@" in v.key else ""),
+            v.config_id, v.test.removeprefix("test_"), f"{m.label}" + (f" @{v.key.split('@', 1)[1]}" if "@" in v.key else ""),
             m.display(v.now.median), spread, str(v.now.n),
             m.display(v.baseline.median) if v.baseline else "—",
             f"{v.change:+.1%}" if v.change is not None else "—",
@@ -26,7 +26,7 @@ def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
 
 def verdict_table(verdicts: Iterable[Verdict]) -> str:
     return tabulate(verdict_rows(verdicts),
-                    headers=["configuration", "metric", "now (median)", "range", "n", "baseline", "change", "verdict"],
+                    headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "verdict"],
                     tablefmt="github")
 
 

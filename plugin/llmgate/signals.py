@@ -74,3 +74,28 @@ class Delta:
         if s is None or not c:
             return None
         return s / c
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecAcceptance:
+    """Speculative-decoding acceptance over a run, from the engine's own counters."""
+
+    drafts: float             # verification steps that carried draft tokens
+    draft_tokens: float       # tokens proposed
+    accepted: float           # tokens accepted
+    per_position: tuple[float, ...] = ()   # accepted tokens at draft position 0, 1, …
+
+    @property
+    def rate(self) -> float | None:
+        """Accepted / proposed tokens."""
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_length(self) -> float | None:
+        """Tokens produced per verification step: 1 + accepted / drafts."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def position_rates(self) -> tuple[float, ...]:
+        """Share of drafts whose token at each position was accepted."""
+        return tuple(a / self.drafts for a in self.per_position) if self.drafts else ()

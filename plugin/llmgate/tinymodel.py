@@ -54,6 +54,11 @@ class TinySpec:
     rope_theta: float = 10000.0
     tie_embeddings: bool = False
     weights: str = "bf16"  # "bf16", or "awq4": linear layers in AWQ 4-bit (RTN), the rest fp16
+    # Each layer's output projections (o_proj, down_proj) are drawn with this factor on top of
+    # the 0.02 std, so layers refine the embedding rather than replace it: the 1-layer truncation
+    # then agrees with the 4-layer model on ~57% of greedy tokens (a usable draft model) and greedy
+    # output does not fall into a short loop (at 1.0: 0% agreement, 11 distinct tokens in 64).
+    residual_scale: float = 0.03
 
     def __post_init__(self):
         if self.weights not in ("bf16", "awq4"):
@@ -225,10 +230,10 @@ def random_weights(spec: TinySpec, vocab: int) -> dict[str, np.ndarray]:
         w[p + "self_attn.q_proj.weight"] = normal(spec.heads * head_dim, h)
         w[p + "self_attn.k_proj.weight"] = normal(kv, h)
         w[p + "self_attn.v_proj.weight"] = normal(kv, h)
-        w[p + "self_attn.o_proj.weight"] = normal(h, spec.heads * head_dim)
+        w[p + "self_attn.o_proj.weight"] = normal(h, spec.heads * head_dim) * np.float32(spec.residual_scale)
         w[p + "mlp.gate_proj.weight"] = normal(inter, h)
         w[p + "mlp.up_proj.weight"] = normal(inter, h)
-        w[p + "mlp.down_proj.weight"] = normal(h, inter)
+        w[p + "mlp.down_proj.weight"] = normal(h, inter) * np.float32(spec.residual_scale)
     w["model.norm.weight"] = np.ones(h, np.float32)
     return w
 

@@ -26,9 +26,10 @@ class Verdict:
     worse_change: float | None     # the same, positive when worse
     min_effect: float
     p_value: float | None
-    test: str                      # which significance test decided
+    method: str                    # which significance test decided
     baseline_source: str | None = None
     note: str = ""
+    test: str = ""                 # the test that measured it
 
     @property
     def failed(self) -> bool:
@@ -38,7 +39,7 @@ class Verdict:
         m = self.metric
         if self.baseline is None:
             return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)"
-        sig = f"p={self.p_value:.3g}" if self.p_value is not None else self.test
+        sig = f"p={self.p_value:.3g}" if self.p_value is not None else self.method
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
                 f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}; "
                 f"{self.status} [min effect {self.min_effect:.0%}, {sig}]" + (f" {self.note}" if self.note else ""))
@@ -74,8 +75,8 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     change = (s_now.median - s_base.median) / abs(s_base.median) if s_base.median else 0.0
     worse = metric.worse_change(s_base.median, s_now.median)
     p = mann_whitney_worse(metric, baseline, now, alpha)
-    test = ("Mann-Whitney U" if p is not None else
-            f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
+    method = ("Mann-Whitney U" if p is not None else
+              f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
     significant = p is None or p < alpha
     if worse > eff and significant:
         status = REGRESSED
@@ -83,4 +84,4 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
         status = IMPROVED
     else:
         status = UNCHANGED
-    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, test, baseline_source)
+    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source)

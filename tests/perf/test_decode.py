@@ -8,10 +8,8 @@ OUTPUT_TOKENS = 256
 
 def test_decode_c1(llmgate_server, llmgate_prompts, llmgate_settings, gate):
     s = llmgate_settings
-    warm = load.fixed_requests(llmgate_server, llmgate_prompts, s.warmup, PROMPT_TOKENS, OUTPUT_TOKENS, "decode-warm")
-    load.run(llmgate_server, warm, 1, s.request_timeout)
-    reqs = load.fixed_requests(llmgate_server, llmgate_prompts, s.repeats, PROMPT_TOKENS, OUTPUT_TOKENS, "decode")
-    result = load.run(llmgate_server, reqs, concurrency=1, timeout=s.request_timeout, label="decode c=1")
+    result = load.decode_run(llmgate_server, llmgate_prompts, PROMPT_TOKENS, OUTPUT_TOKENS, s.repeats, s.warmup,
+                             s.request_timeout, "decode")
 
     assert not result.failures, [f.error for f in result.failures]
     assert [x.prompt_tokens for x in result.ok] == [PROMPT_TOKENS] * s.repeats

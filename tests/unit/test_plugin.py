@@ -161,3 +161,42 @@ def test_no_engine_needed_for_unit_collection(pytester):
     pytester.makefile(".toml", llmgate="not toml at all [[[")
     pytester.makepyfile("def test_plain(): pass\n")
     pytester.runpytest().assert_outcomes(passed=1)
+
+
+def test_lever_marker_skips_entries_without_the_lever_before_any_boot(pytester):
+    pytester.makefile(".toml", llmgate="""
+[defaults]
+engine = "vllm"
+model = "tiny"
+[[matrix]]
+id = "with"
+levers = ["prefix_cache"]
+[[matrix]]
+id = "without"
+""")
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.lever("prefix_cache")
+        def test_lever(llmgate_config):
+            assert llmgate_config.id == "with"
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*without: lever 'prefix_cache' is not enabled for this entry (levers = [[]])*"])
+
+
+def test_reference_must_be_listed_earlier(pytester):
+    pytester.makefile(".toml", llmgate="""
+[defaults]
+engine = "vllm"
+model = "tiny"
+[[matrix]]
+id = "variant"
+reference = "full"
+[[matrix]]
+id = "full"
+""")
+    pytester.makepyfile("def test_x(llmgate_config): pass\n")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["*matrix entry 'variant': key 'reference': 'full' is not an entry listed before this one*"])

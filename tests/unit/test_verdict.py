@@ -47,10 +47,10 @@ def test_without_baseline():
 
 def test_too_few_values_decides_on_effect_alone():
     v = judge(TOKS, "decode_tok_s", "c", [50], [100])
-    assert v.status == REGRESSED and v.p_value is None and "effect size only" in v.test
+    assert v.status == REGRESSED and v.p_value is None and "effect size only" in v.method
     # 3 against 3 can never reach p < 0.05 with an exact rank test: effect size decides, and says so
     v = judge(TOKS, "decode_tok_s", "c", [50, 51, 49], [100, 99, 101])
-    assert v.status == REGRESSED and v.p_value is None and "3 vs 3" in v.test
+    assert v.status == REGRESSED and v.p_value is None and "3 vs 3" in v.method
     # 4 against 4 can: the test decides
     v = judge(TOKS, "decode_tok_s", "c", [50, 51, 49, 50], [100, 99, 101, 100])
     assert v.status == REGRESSED and v.p_value == pytest.approx(1 / 70, rel=0.05)

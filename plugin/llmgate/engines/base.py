@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import httpx
 
 from ..matrix import ServerConfig
+from ..signals import Delta, SpecAcceptance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +67,18 @@ class Engine(Protocol):
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         """Read a failed boot's log; None when nothing in it is recognised."""
+
+    def read_log(self, log_text: str) -> dict[str, Any]:
+        """Facts a successful boot's log states (attention backend, KV cache capacity in tokens…)."""
+
+    def spec_acceptance(self, delta: Delta) -> SpecAcceptance | None:
+        """Speculative-decoding acceptance between two /metrics scrapes; None if the engine has no counters."""
+
+    def prefix_cache_hits(self, delta: Delta) -> float | None:
+        """Prompt tokens served from the prefix cache between two scrapes; None if not exposed."""
+
+    def server_ttft(self, delta: Delta) -> float | None:
+        """Mean time to first token as the engine measured it between two scrapes; None if not exposed."""
 
 
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..matrix import ServerConfig
+from ..signals import Delta, SpecAcceptance
 from .base import BootDiagnosis, EngineInfo, last_match
 
 INSTALL_HINT = (
@@ -115,6 +116,37 @@ class Adapter:
         if final:
             return BootDiagnosis(final.group(0).strip()[:400])
         return None
+
+
+    def read_log(self, log_text: str) -> dict[str, Any]:
+        facts: dict[str, Any] = {}
+        m = last_match(r"Using (\w+) (?:attention )?backend", log_text)
+        if m:
+            facts["attention_backend"] = m.group(1)
+        m = last_match(r"(?:CPU|GPU) KV cache size: ([\d,]+) tokens", log_text)
+        if m:
+            facts["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
+        m = last_match(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x", log_text)
+        if m:
+            facts["max_concurrency"] = float(m.group(2))
+        return facts
+
+    def spec_acceptance(self, delta: Delta) -> SpecAcceptance | None:
+        drafts = delta.counter("vllm:spec_decode_num_drafts_total")
+        if drafts is None:
+            return None
+        per_pos = delta.by_label("vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
+        return SpecAcceptance(
+            drafts=drafts,
+            draft_tokens=delta.counter("vllm:spec_decode_num_draft_tokens_total") or 0.0,
+            accepted=delta.counter("vllm:spec_decode_num_accepted_tokens_total") or 0.0,
+            per_position=tuple(per_pos[k] for k in sorted(per_pos, key=int)))
+
+    def prefix_cache_hits(self, delta: Delta) -> float | None:
+        return delta.counter("vllm:prefix_cache_hits_total")
+
+    def server_ttft(self, delta: Delta) -> float | None:
+        return delta.histogram_mean("vllm:time_to_first_token_seconds")
 
 
 def _commit_id() -> str | None:

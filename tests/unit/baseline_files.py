@@ -1,0 +1,35 @@
+"""Stored baselines made by hand, for tests that need a baseline a real run would not give
+(a higher acceptance rate, a longer max_model_len…) to show that an assertion can fail."""
+
+import datetime
+import json
+from pathlib import Path
+
+from pytest_benchmark.stats import Stats
+from pytest_benchmark.utils import get_machine_id
+
+from llmgate import baseline, metrics
+
+
+def write(root: Path, name: str, entries: dict[str, list[float]]) -> Path:
+    """``entries``: full benchmark name (``<node id>::<metric key>``) → values in natural units."""
+    benches = []
+    for fullname, values in entries.items():
+        key = fullname.rsplit("::", 1)[1]
+        metric = metrics.get(key)
+        st = Stats()
+        for v in values:
+            st.update(metric.cost(v))
+        benches.append({
+            "group": metric.label, "name": fullname.split("::", 1)[1], "fullname": fullname, "params": None,
+            "param": None, "options": {},
+            "extra_info": {baseline.EXTRA_KEY: {"schema": baseline.SCHEMA_VERSION, "metric": metric.name, "key": key,
+                                                "unit": metric.unit, "better": metric.better, "values": values}},
+            "stats": {**st.as_dict(), "iterations": 1},
+        })
+    data = {"machine_info": {"node": "hand-made"}, "commit_info": {}, "benchmarks": benches,
+            "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": "5.3.1"}
+    path = root / "baselines" / get_machine_id() / f"0001_{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
