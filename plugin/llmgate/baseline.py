@@ -10,6 +10,10 @@ provenance that llmgate's own verdict reads back.
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,20 +21,66 @@ import pytest
 from .metrics import Metric
 
 EXTRA_KEY = "llmgate"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2          # 2: every entry carries a fingerprint
+# configuration fields that decide nothing about what is measured
+NOT_FINGERPRINTED = ("min_effect", "boot_timeout_s", "levers", "reference", "launcher")
+
+
+class BaselineError(ValueError):
+    """A stored baseline file that cannot be used; the message names the file and the problem."""
+
+
+def fingerprint(config: dict[str, Any] | None, model_hash: str | None, device: dict[str, Any],
+                engine: dict[str, Any] | None) -> dict[str, Any]:
+    """What a stored result is keyed by: device, model content, full configuration, engine build."""
+    dev = {k: device.get(k) for k in ("cpu", "gpus", "driver") if device.get(k) is not None}
+    if dev.get("gpus"):
+        dev["gpus"] = [g.get("name") for g in dev["gpus"]]
+    cfg = {k: v for k, v in (config or {}).items() if k not in NOT_FINGERPRINTED}
+    eng = {k: (engine or {}).get(k) for k in ("engine", "version", "commit")}
+    return {"device": dev, "model_hash": model_hash, "config": cfg, "engine": eng}
+
+
+def fingerprint_mismatch(base: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Why two fingerprints are not comparable (the engine build may differ: that is what is gated)."""
+    problems = []
+    if base.get("device") != now.get("device"):
+        problems.append(f"device differs: baseline {_short(base.get('device'))} vs now {_short(now.get('device'))}")
+    if base.get("model_hash") != now.get("model_hash"):
+        problems.append(f"model differs: baseline content hash {str(base.get('model_hash'))[:12]} vs now "
+                        f"{str(now.get('model_hash'))[:12]}")
+    bc, nc = base.get("config") or {}, now.get("config") or {}
+    changed = sorted(k for k in set(bc) | set(nc) if bc.get(k) != nc.get(k))
+    if changed:
+        problems.append("configuration differs: " + ", ".join(f"{k}: {bc.get(k)!r} → {nc.get(k)!r}" for k in changed))
+    return problems
+
+
+def engine_change(base: dict[str, Any], now: dict[str, Any]) -> str | None:
+    b, n = base.get("engine") or {}, now.get("engine") or {}
+    if b == n:
+        return None
+    def name(e):
+        return f"{e.get('engine')} {e.get('version')}" + (f" ({str(e['commit'])[:10]})" if e.get("commit") else "")
+    return f"engine {name(b)} → {name(n)}"
+
+
+def _short(v: Any) -> str:
+    return json.dumps(v, sort_keys=True)[:200]
 
 
 def benchmark_session(config: pytest.Config):
     return getattr(config, "_benchmarksession", None)
 
 
-def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extra: dict[str, Any]) -> bool:
-    """Add one metric of ``item`` to pytest-benchmark's results; False when benchmarks are disabled."""
+def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extra: dict[str, Any]):
+    """Add one metric of ``item`` to pytest-benchmark's results; returns the entry (None when
+    benchmarks are disabled)."""
     from pytest_benchmark.fixture import BenchmarkFixture
 
     bs = benchmark_session(item.config)
     if bs is None or bs.disabled:
-        return False
+        return None
     fx = BenchmarkFixture(item, add_stats=bs.benchmarks.append, logger=bs.logger, warner=item.warn,
                           disabled=bs.disabled, **bs.options)
     fx.name = f"{item.name}::{key}"
@@ -41,7 +91,7 @@ def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extr
     meta = fx._make_stats(1)
     for v in values:
         meta.stats.update(metric.cost(v))
-    return True
+    return meta
 
 
 def compare_active(config: pytest.Config) -> bool:
@@ -67,3 +117,96 @@ def baseline_values(bench: dict[str, Any]) -> list[float] | None:
     if not isinstance(info, dict) or not isinstance(info.get("values"), list):
         return None
     return [float(v) for v in info["values"]]
+
+
+# -- files -------------------------------------------------------------------------------------
+STORED_FILE_GLOBS = ("[0-9][0-9][0-9][0-9]_*.json", "*/[0-9][0-9][0-9][0-9]_*.json")
+
+
+def stored_files(root: Path) -> list[Path]:
+    """The files pytest-benchmark would load from a storage folder (reference data elsewhere is not one)."""
+    out: set[Path] = set()
+    for pattern in STORED_FILE_GLOBS:
+        out.update(p for p in Path(root).glob(pattern) if p.is_file())
+    return sorted(out)
+
+
+def validate_file(path: Path) -> None:
+    """Raise BaselineError naming the file and the problem; never changes the file."""
+    def bad(problem: str) -> BaselineError:
+        return BaselineError(f"{path}: {problem} (the file was left untouched: fix or remove it, "
+                             f"or point --benchmark-storage elsewhere)")
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf8"))
+    except UnicodeDecodeError as e:
+        raise bad(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise bad(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise bad("not a pytest-benchmark result (no 'benchmarks' list)")
+    for i, b in enumerate(data["benchmarks"]):
+        where = f"benchmarks[{i}]"
+        if not isinstance(b, dict) or not isinstance(b.get("fullname"), str):
+            raise bad(f"{where} has no 'fullname'")
+        where = f"benchmark {b['fullname']!r}"
+        stats = b.get("stats")
+        if not isinstance(stats, dict) or not all(isinstance(stats.get(k), (int, float)) for k in ("min", "max", "median", "mean")):
+            raise bad(f"{where} has no numeric 'stats' (min, max, median, mean)")
+        info = (b.get("extra_info") or {}).get(EXTRA_KEY)
+        if info is None:
+            continue  # a plain pytest-benchmark entry: not llmgate's to judge
+        if not isinstance(info, dict):
+            raise bad(f"{where}: extra_info.{EXTRA_KEY} is not an object")
+        schema = info.get("schema")
+        if schema != SCHEMA_VERSION:
+            raise bad(f"{where}: llmgate schema {schema!r}, this llmgate reads schema {SCHEMA_VERSION} "
+                      f"(record a new baseline)")
+        values = info.get("values")
+        if (not isinstance(values, list) or not values
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+            raise bad(f"{where}: 'values' must be a non-empty list of numbers")
+        if info.get("better") not in ("higher", "lower") or not isinstance(info.get("unit"), str):
+            raise bad(f"{where}: 'better' must be 'higher' or 'lower' and 'unit' a string")
+        fp = info.get("fingerprint")
+        if not isinstance(fp, dict) or not {"device", "model_hash", "config", "engine"} <= set(fp):
+            raise bad(f"{where}: no fingerprint (device, model_hash, config, engine)")
+
+
+def validate_storage(root: Path) -> list[Path]:
+    files = stored_files(root)
+    for f in files:
+        validate_file(f)
+    return files
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write a new file whole or not at all; an existing file is never replaced."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)            # fails if the target exists: nothing is overwritten
+    finally:
+        os.unlink(tmp)
+
+
+def make_save_atomic(storage) -> None:
+    """pytest-benchmark's FileStorage.save writes in place; save through atomic_write instead."""
+    from pytest_benchmark.utils import safe_dumps
+
+    if not hasattr(storage, "get") or not hasattr(storage, "_next_num"):
+        return  # not file storage (elasticsearch): leave it alone
+
+    def save(output_json, save):
+        target = storage.get(f"{storage._next_num}_{save}.json")
+        if target.exists():
+            raise BaselineError(f"{target}: exists already; not overwriting a stored baseline")
+        atomic_write(target, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        storage.logger.info(f"Saved benchmark data in: {target}")
+
+    storage.save = save

@@ -61,6 +61,7 @@ class ServerConfig:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     boot_timeout_s: float = 600.0
     min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
+    launcher: str | None = None           # the engine's interpreter / binary (default: this Python, or PATH)
     levers: tuple[str, ...] = ()          # lever scenarios this entry takes part in (LEVERS)
     reference: str | None = None          # id of the entry it is compared with (same model, lever off)
     source: str = dataclasses.field(default="", compare=False)
@@ -128,7 +129,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "prefix_caching": (bool,), "max_model_len": (int,), "kv_cache_bytes": (int, _NONE),
     "gpu_memory_utilization": (float, int, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
     "load_format": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
-    "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE),
+    "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE), "launcher": (str, _NONE),
 }
 
 

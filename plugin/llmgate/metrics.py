@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 
+ZERO_COST = 1e9
+
+
 @dataclasses.dataclass(frozen=True)
 class Metric:
     name: str           # stable key used in storage and options
@@ -26,10 +29,11 @@ class Metric:
         return rel if self.better == "lower" else -rel
 
     def cost(self, value: float) -> float:
-        """The value in 'bigger is worse' form, as pytest-benchmark compares it (1/x for higher-is-better)."""
+        """The value in 'bigger is worse' form, as pytest-benchmark compares it (1/x for higher-is-better;
+        a zero, the worst value there is, becomes 1e9: pytest-benchmark's statistics cannot take inf)."""
         if self.better == "lower":
             return value
-        return 1.0 / value if value else float("inf")
+        return 1.0 / value if value > 0 else ZERO_COST
 
     def display(self, value: float | None) -> str:
         if value is None:
@@ -74,6 +78,10 @@ PREFIX_REDUCTION = M("prefix_ttft_reduction", "TTFT reduction, cached prefix vs 
 PREFIX_HITS = M("prefix_cache_hit_tokens", "prefix-cache hit tokens per warm request", "tokens", "higher", 0.05)
 PREFILL_TOK_S = M("prefill_tok_s", "prefill tok/s (prompt tokens ÷ TTFT)", "tok/s", "higher", 0.10)
 
+# the client as a measuring instrument
+CLIENT_OVERHEAD = M("client_ttft_overhead", "client TTFT − engine's own TTFT", "s", "lower", 1.0)
+CLIENT_CPU = M("client_cpu_share", "client CPU time ÷ wall time", "ratio", "lower", 1.0)
+
 REGISTRY: dict[str, Metric] = {}
 
 
@@ -84,7 +92,7 @@ def register(metric: Metric) -> Metric:
 
 for _m in (DECODE_TOK_S, TTFT_C1, AGGREGATE_TOK_S, TTFT_P50, TTFT_P95, TTFT_P99, ITL_P95, TPOT, E2E_P50,
            STARTUP_S, PEAK_RSS, SPEEDUP, SPEC_ACCEPT_RATE, SPEC_ACCEPT_LEN, SPEC_POS_RATE, MAX_MODEL_LEN, KV_TOKENS,
-           LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S):
+           LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S, CLIENT_OVERHEAD, CLIENT_CPU):
     register(_m)
 
 

@@ -19,7 +19,7 @@ from . import device, matrix as matrix_mod, metrics, report
 from .load import PromptMaker
 from .matrix import Matrix, MatrixError, ServerConfig
 from .server import BootError, Server, ServerHandle
-from .verdict import DEFAULT_ALPHA, Verdict, judge
+from .verdict import DEFAULT_ALPHA, REFUSED, Verdict, judge
 
 GATE_KEY = pytest.StashKey["Gate"]()
 PYTEST_BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
@@ -48,6 +48,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "(e.g. seed-rtx4070, from baselines/reference/)")
     g.addoption("--llmgate-alpha", type=float, default=None, metavar="A",
                 help=f"significance level of the regression test (default {DEFAULT_ALPHA})")
+    g.addoption("--llmgate-allow-mismatch", action="store_true",
+                help="compare with a baseline recorded on another device, model or configuration "
+                     "(refused otherwise), with a warning")
+    g.addoption("--llmgate-ab", action="append", default=[], metavar="NAME=LAUNCHER",
+                help="A/B mode (tests marked `ab`): two engine environments, e.g. --llmgate-ab A=/opt/pinned/bin/python "
+                     "--llmgate-ab B=/opt/nightly/bin/python (an interpreter for Python engines, a binary for "
+                     "llama-server); booted alternately A B A B …, B judged against A")
+    g.addoption("--llmgate-ab-rounds", type=int, default=4, metavar="N",
+                help="boots per side in A/B mode (default 4: the fewest for which the rank test can reach p<0.05)")
+    g.addoption("--llmgate-no-confirm", action="store_true",
+                help="fail on the first regressed measurement instead of re-measuring once on a fresh server")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
 
@@ -60,6 +71,10 @@ class Settings:
     request_timeout: float = 300.0
     alpha: float = DEFAULT_ALPHA
     min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
+    allow_mismatch: bool = False
+    confirm: bool = True
+    ab: tuple[tuple[str, str], ...] = ()
+    ab_rounds: int = 4
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -83,10 +98,28 @@ class Settings:
         s = cls(repeats=opt("llmgate_repeats", d.repeats), warmup=opt("llmgate_warmup", d.warmup),
                 concurrency=opt("llmgate_concurrency", d.concurrency),
                 request_timeout=opt("llmgate_request_timeout", d.request_timeout),
-                alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect)
+                alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect,
+                allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
+                confirm=not config.getoption("llmgate_no_confirm"),
+                ab=_parse_ab(config.getoption("llmgate_ab") or []),
+                ab_rounds=config.getoption("llmgate_ab_rounds"))
         if s.repeats < 1 or s.concurrency < 1 or s.warmup < 0:
             raise pytest.UsageError("--llmgate-repeats and --llmgate-concurrency must be >= 1, --llmgate-warmup >= 0")
         return s
+
+
+def _parse_ab(items: list[str]) -> tuple[tuple[str, str], ...]:
+    sides = []
+    for item in items:
+        name, sep, launcher = item.partition("=")
+        if not sep or not name or not launcher:
+            raise pytest.UsageError(f"--llmgate-ab {item!r}: expected NAME=LAUNCHER (an interpreter or a binary)")
+        sides.append((name, launcher))
+    if sides and len(sides) != 2:
+        raise pytest.UsageError(f"--llmgate-ab: give exactly two sides (baseline first, candidate second), got {len(sides)}")
+    if len({n for n, _ in sides}) != len(sides):
+        raise pytest.UsageError("--llmgate-ab: the two sides need different names")
+    return tuple(sides)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -95,12 +128,29 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: the test needs an NVIDIA GPU (skipped without one)")
     config.addinivalue_line("markers", "lever(name): the test measures a lever scenario; it runs only on matrix "
                                        "entries whose `levers` list the name (others skip, with the reason, before any boot)")
+    config.addinivalue_line("markers", "ab: A/B mode test; runs only with --llmgate-ab A=... --llmgate-ab B=...")
     config.addinivalue_line("markers", "llmgate(min_effect=None): per-test llmgate settings, "
                                        "e.g. min_effect={'ttft_p95': 0.2}")
     # pytest-benchmark stores under baselines/ unless the user chose a storage.
     if getattr(config.option, "benchmark_storage", None) == PYTEST_BENCHMARK_DEFAULT_STORAGE:
         config.option.benchmark_storage = "file://" + str(config.rootpath / config.getini("llmgate_baselines"))
+    # pytest-benchmark skips a file it cannot parse with a warning and compares with the next
+    # one; a gate must stop instead, naming the file, before pytest-benchmark loads anything.
+    storage = getattr(config.option, "benchmark_storage", "") or ""
+    if storage.startswith("file://") and (config.getoption("benchmark_compare", None)
+                                          or config.getoption("benchmark_save", None)
+                                          or config.getoption("benchmark_autosave", None)):
+        try:
+            baseline_store.validate_storage(Path(storage[len("file://"):]))
+        except baseline_store.BaselineError as e:
+            raise pytest.UsageError(str(e)) from None
     config.stash[SESSION_KEY] = GateSession(config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    bs = baseline_store.benchmark_session(session.config)
+    if bs is not None:
+        baseline_store.make_save_atomic(bs.storage)
 
 
 # -- session state -------------------------------------------------------------------------
@@ -120,6 +170,7 @@ class GateSession:
         self._prompt_makers: dict[str, PromptMaker] = {}
         self.lever_results: dict[tuple[str, str], dict[str, Any]] = {}   # (lever, entry id) → figures
         self.summary: dict[str, Any] | None = None
+        self._model_hashes: dict[str, str | None] = {}
 
     @property
     def matrix(self) -> Matrix:
@@ -140,6 +191,9 @@ class GateSession:
         except (KeyError, MatrixError):
             return None
 
+    def say(self, line: str) -> None:
+        say(self.config, line)
+
     def progress(self, cid: str, elapsed: float, last_line: str) -> None:
         say(self.config, f"llmgate: booting {cid}: {elapsed:.0f} s … {last_line.strip()[-150:]}")
 
@@ -159,6 +213,29 @@ class GateSession:
         say(self.config, f"llmgate: {cfg.id} ready in {handle.startup_s:.1f} s "
                          f"({handle.engine_info.engine} {handle.engine_info.version}) at {handle.base_url}")
         return handle
+
+    def model_hash(self, cfg: ServerConfig) -> str | None:
+        if cfg.model not in self._model_hashes:
+            try:
+                from . import tinymodel
+                self._model_hashes[cfg.model] = tinymodel.model_hash(self.matrix.resolve_model(cfg.model))
+            except OSError:
+                self._model_hashes[cfg.model] = None
+        return self._model_hashes[cfg.model]
+
+    def reboot(self, cfg: ServerConfig) -> ServerHandle | None:
+        """Stop this configuration's server and boot a fresh one; the handle tests hold is updated
+        in place (so fixtures keep pointing at the live server).  None when it was not running."""
+        server = self.servers.get(cfg.id)
+        if server is None or server.handle is None:
+            return None
+        old = server.handle
+        self.shutdown(cfg.id)
+        new = self.boot(cfg)
+        for f in dataclasses.fields(ServerHandle):
+            setattr(old, f.name, getattr(new, f.name))
+        self.servers[cfg.id].handle = old
+        return old
 
     def shutdown_all(self, why: str) -> None:
         for cid in list(self.servers):
@@ -214,6 +291,10 @@ class Gate:
     def __init__(self, item: pytest.Item, session: GateSession):
         self.item, self.session = item, session
         self.verdicts: list[Verdict] = []
+        self.stored: list[Any] = []            # pytest-benchmark entries this test added
+        self.first_measurement: list[Verdict] | None = None
+        self.notes: list[str] = []
+        self.confirm = True
 
     @property
     def config_entry(self) -> ServerConfig | None:
@@ -261,31 +342,88 @@ class Gate:
         ref = self.session.matrix.by_id(cfg.reference)
         return ref, self.session.lever_results.get((lever, ref.id))
 
+    def fingerprint(self) -> dict[str, Any]:
+        cfg = self.config_entry
+        server = self.session.servers.get(cfg.id) if cfg else None
+        handle = server.handle if server is not None else None
+        if handle is not None:
+            model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
+        else:
+            model_hash = self.session.model_hash(cfg) if cfg else None
+            engine = {"engine": cfg.engine} if cfg else None
+        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine)
+
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
                raw: dict[str, Any] | None = None, **info: Any) -> Verdict:
-        """Store ``values`` (repeat-level measurements in the metric's natural unit) and judge them."""
+        """Store ``values`` (repeat-level measurements in the metric's natural unit) and judge them
+        against the stored baseline, if one is being compared with and its fingerprint matches."""
         values = [float(v) for v in values]
         if not values:
             raise ValueError(f"{metric.name}: no values to record")
         key = metric.name + (f"@{variant}" if variant else "")
         cfg = self.config_entry
-        extra = {**self.provenance(), **info}
+        fp = self.fingerprint()
+        extra = {**self.provenance(), **info, "fingerprint": fp}
         if raw is not None:
             extra["raw"] = raw
-        baseline_store.store(self.item, metric, key, values, extra)
+        self.stored.append(baseline_store.store(self.item, metric, key, values, extra))
         base = baseline_store.baseline(self.item.config, self.item.nodeid, key)
         base_values = baseline_store.baseline_values(base[1]) if base else None
-        verdict = judge(metric, key, cfg.id if cfg else self.item.name, values, base_values,
+        notes, refused = [], []
+        if base is not None:
+            base_fp = base[1]["extra_info"][baseline_store.EXTRA_KEY].get("fingerprint") or {}
+            refused = baseline_store.fingerprint_mismatch(base_fp, fp)
+            change = baseline_store.engine_change(base_fp, fp)
+            if change:
+                notes.append(change)
+            if refused and self.session.settings.allow_mismatch:
+                notes.append("NOT COMPARABLE, compared anyway (--llmgate-allow-mismatch): " + "; ".join(refused))
+                self.item.warn(pytest.PytestWarning(f"{key}: compared with a baseline from another setup: "
+                                                    + "; ".join(refused)))
+                refused = []
+        verdict = judge(metric, key, cfg.id if cfg else self.item.name, values, None if refused else base_values,
                         self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
                         base[0] if base else None)
-        verdict = dataclasses.replace(verdict, test=getattr(self.item, "originalname", self.item.name))
+        verdict = dataclasses.replace(verdict, test=getattr(self.item, "originalname", self.item.name),
+                                      note="; ".join(notes))
+        if refused:
+            verdict = dataclasses.replace(verdict, status=REFUSED, note="; ".join(refused))
         self.verdicts.append(verdict)
         self.session.verdicts.append(verdict)
         return verdict
 
+    def attach(self, verdicts: list[Verdict], confirm: bool = False) -> None:
+        """Verdicts judged elsewhere (A/B mode) become this test's: it fails if one regressed.
+        ``confirm=False``: no confirmation run (an A/B comparison controls drift by design)."""
+        test = getattr(self.item, "originalname", self.item.name)
+        for v in verdicts:
+            v = dataclasses.replace(v, test=test)
+            self.verdicts.append(v)
+            self.session.verdicts.append(v)
+        self.confirm = self.confirm and confirm
+
     @property
     def regressions(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.failed]
+
+    @property
+    def refusals(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.status == REFUSED]
+
+    def start_confirmation(self) -> list[Verdict]:
+        """Set the first measurement aside (kept in the report, dropped from storage) before re-measuring."""
+        first = list(self.verdicts)
+        bs = baseline_store.benchmark_session(self.item.config)
+        for meta in self.stored:
+            if bs is not None and meta in bs.benchmarks:
+                bs.benchmarks.remove(meta)
+        self.stored.clear()
+        for v in first:
+            if v in self.session.verdicts:
+                self.session.verdicts.remove(v)
+        self.verdicts.clear()
+        self.first_measurement = first
+        return first
 
 
 # -- collection ----------------------------------------------------------------------------
@@ -313,6 +451,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         if lever is not None and cfg is not None and lever.args[0] not in cfg.levers:
             item.add_marker(pytest.mark.skip(
                 reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this entry (levers = {list(cfg.levers)})"))
+    if item.get_closest_marker("ab") is not None and not item.config.stash[SESSION_KEY].settings.ab:
+        item.add_marker(pytest.mark.skip(reason="A/B mode: give two engine environments with "
+                                                "--llmgate-ab A=LAUNCHER --llmgate-ab B=LAUNCHER"))
     if item.get_closest_marker("gpu") is not None:
         no_gpu = device.why_no_gpu()
         if no_gpu:
@@ -383,12 +524,42 @@ def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
+    """The verdict belongs to the test that measured it.  A regression is re-measured once on
+    a fresh server (confirmation run) and fails only if the re-measurement regresses too."""
     result = yield
     g = item.stash.get(GATE_KEY, None)
-    if g is not None and g.regressions:
-        lines = "\n".join("  " + v.line() for v in g.regressions)
-        pytest.fail(f"performance regression against {g.regressions[0].baseline_source}:\n{lines}", pytrace=False)
+    if g is None:
+        return result
+    if g.refusals:
+        lines = "\n".join("  " + v.line() for v in g.refusals)
+        pytest.fail(f"refusing to compare with {g.refusals[0].baseline_source} (pass --llmgate-allow-mismatch to "
+                    f"compare anyway):\n{lines}", pytrace=False)
+    if not g.regressions:
+        return result
+    if not (g.session.settings.confirm and g.confirm):
+        _fail_regressed(g.regressions, "")
+    first = g.start_confirmation()
+    first_bad = [v for v in first if v.failed]
+    cfg = g.config_entry
+    handle = g.session.reboot(cfg) if cfg is not None else None
+    where = f"on a fresh server (boot {handle.boot_number})" if handle is not None else "once more"
+    say(item.config, f"llmgate: {item.nodeid}: {len(first_bad)} metric(s) regressed; confirmation run {where}")
+    item.runtest()
+    confirmed = [v for v in g.regressions if v.key in {f.key for f in first_bad}]
+    if confirmed:
+        firsts = {v.key: v for v in first_bad}
+        _fail_regressed(confirmed, f"first measurement and the confirmation run {where} both regressed; first run:\n"
+                        + "\n".join("  " + firsts[v.key].line() for v in confirmed) + "\nconfirmation run:\n")
+    g.notes = [f"{v.key}: first measurement regressed ({v.change:+.1%}), the confirmation run {where} did not"
+               for v in first_bad]
+    for note in g.notes:
+        item.warn(pytest.PytestWarning(f"llmgate: {note}"))
     return result
+
+
+def _fail_regressed(verdicts: list[Verdict], preface: str) -> None:
+    lines = "\n".join("  " + v.line() for v in verdicts)
+    pytest.fail(f"performance regression against {verdicts[0].baseline_source}:\n{preface}{lines}", pytrace=False)
 
 
 # -- end of session ------------------------------------------------------------------------

@@ -217,7 +217,7 @@ class Server:
         try:
             startup = self._wait_ready(base_url, log_path, t0)
             with httpx.Client(timeout=30) as http:
-                info = self.engine.info(http, base_url)
+                info = self.engine.info(http, base_url, cfg)
         except BaseException:
             sampler.stop()
             self.stop()

@@ -45,7 +45,12 @@ class Scrape:
         return out
 
 
-def scrape(http: httpx.Client, base_url: str, path: str = "/metrics", headers: dict[str, str] | None = None) -> Scrape:
+def scrape(http: httpx.Client, base_url: str, path: str | None = "/metrics",
+           headers: dict[str, str] | None = None) -> Scrape:
+    """Read /metrics; an engine without one (``path`` None) reads as empty, so every signal of
+    it is reported as unsupported (None), never as zero."""
+    if path is None:
+        return Scrape({})
     r = http.get(base_url + path, headers=headers)
     r.raise_for_status()
     return Scrape.parse(r.text)

@@ -11,6 +11,7 @@ from .metrics import Metric
 from .stats import Summary
 
 REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE = "regressed", "improved", "unchanged", "no baseline"
+REFUSED = "refused: not comparable"
 DEFAULT_ALPHA = 0.05
 
 
@@ -30,6 +31,7 @@ class Verdict:
     baseline_source: str | None = None
     note: str = ""
     test: str = ""                 # the test that measured it
+    ci: tuple[float, float] | None = None   # 95% bootstrap interval of the change of medians
 
     @property
     def failed(self) -> bool:
@@ -37,12 +39,15 @@ class Verdict:
 
     def line(self) -> str:
         m = self.metric
+        if self.status == REFUSED:
+            return f"{self.config_id} {self.key}: now {m.display(self.now.median)}; not compared: {self.note}"
         if self.baseline is None:
             return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)"
-        sig = f"p={self.p_value:.3g}" if self.p_value is not None else self.method
+        sig = f"Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else self.method
+        ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
-                f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}; "
-                f"{self.status} [min effect {self.min_effect:.0%}, {sig}]" + (f" {self.note}" if self.note else ""))
+                f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}{ci}; "
+                f"{self.status} [min effect {self.min_effect:.0%}, {sig}]" + (f"; {self.note}" if self.note else ""))
 
 
 def smallest_p(n1: int, n2: int) -> float:
@@ -62,6 +67,26 @@ def mann_whitney_worse(metric: Metric, baseline: Sequence[float], now: Sequence[
     return float(mannwhitneyu(list(now), list(baseline), alternative=alternative).pvalue)
 
 
+def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot: int = 2000,
+                        level: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of median(now) / median(baseline) − 1 (seeded: the same
+    data always give the same interval).  None with fewer than 2 values a side."""
+    if len(baseline) < 2 or len(now) < 2:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    b, n = np.asarray(baseline, float), np.asarray(now, float)
+    mb = np.median(rng.choice(b, (n_boot, b.size)), axis=1)
+    mn = np.median(rng.choice(n, (n_boot, n.size)), axis=1)
+    ok = mb != 0
+    ratios = mn[ok] / mb[ok] - 1.0
+    if ratios.size == 0:
+        return None
+    lo, hi = np.percentile(ratios, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return float(lo), float(hi)
+
+
 def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float] | None,
           min_effect: float | None = None, alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None) -> Verdict:
     """Regressed only if the median moved the worse way by more than ``min_effect`` AND the
@@ -70,7 +95,7 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     eff = metric.min_effect if min_effect is None else min_effect
     s_now = Summary.of(now)
     if not baseline:
-        return Verdict(metric, key, config_id, s_now, None, NO_BASELINE, None, None, eff, None, "none")
+        return Verdict(metric, key, config_id, s_now, None, NO_BASELINE, None, None, eff, None, "none", baseline_source)
     s_base = Summary.of(baseline)
     change = (s_now.median - s_base.median) / abs(s_base.median) if s_base.median else 0.0
     worse = metric.worse_change(s_base.median, s_now.median)
@@ -84,4 +109,5 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
         status = IMPROVED
     else:
         status = UNCHANGED
-    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source)
+    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
+                   ci=bootstrap_change_ci(baseline, now))

@@ -38,9 +38,9 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
             if cfg.prefix_caching:
                 h.engine.reset_prefix_cache(http, h.base_url)
             cold = one(n, f"cold-{r}")
-            before = signals.scrape(http, h.base_url, headers=h.auth_headers())
+            before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
             warm = [one(n, f"warm-{r}-{k}") for k in range(WARM_PER_ROUND)]
-            after = signals.scrape(http, h.base_url, headers=h.auth_headers())
+            after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
             colds.append(cold.ttft)
             warms += [w.ttft for w in warm]
             reductions.append(1.0 - stats.median([w.ttft for w in warm]) / cold.ttft)

@@ -30,10 +30,10 @@ def test_speculative_decoding(llmgate_config, llmgate_server, llmgate_prompts, l
                         f"spec-warm-{variant}")
         acceptances, samples = [], []
         for r in range(st.repeats):
-            before = signals.scrape(http, h.base_url, headers=h.auth_headers())
+            before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
             res = load.run(h, load.fixed_requests(h, llmgate_prompts, 1, n_prompt, sc.spec_output_tokens,
                                                   f"spec-{variant}-{r}"), 1, st.request_timeout)
-            after = signals.scrape(http, h.base_url, headers=h.auth_headers())
+            after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
             assert not res.failures, [f.error for f in res.failures]
             samples += res.ok
             acceptances.append(h.engine.spec_acceptance(signals.Delta(before, after)))

@@ -11,10 +11,29 @@ from pytest_benchmark.utils import get_machine_id
 from llmgate import baseline, metrics
 
 
-def write(root: Path, name: str, entries: dict[str, list[float]]) -> Path:
-    """``entries``: full benchmark name (``<node id>::<metric key>``) → values in natural units."""
+def fingerprint_for(matrix_path: Path, config_id: str) -> dict:
+    """The fingerprint a run of ``config_id`` from that matrix file has on this machine."""
+    from llmgate import device, matrix, tinymodel
+
+    m = matrix.load(matrix_path)
+    cfg = m.by_id(config_id)
+    return baseline.fingerprint(cfg.describe(), tinymodel.model_hash(m.resolve_model(cfg.model)), device.describe(),
+                                {"engine": cfg.engine, "version": "hand-made", "commit": None})
+
+
+def write(root: Path, name: str, entries: dict[str, list[float]], matrix_path: Path | None = None,
+          fingerprint: dict | None = None) -> Path:
+    """``entries``: full benchmark name (``<node id>::<metric key>``) → values in natural units.
+    Fingerprints come from ``matrix_path`` (the entry id in the node id's brackets), else ``fingerprint``."""
+    import re
+
     benches = []
     for fullname, values in entries.items():
+        if matrix_path is not None:
+            fp = fingerprint_for(matrix_path, re.search(r"\[([^\]]+)\]", fullname).group(1))
+        else:
+            fp = fingerprint
+
         key = fullname.rsplit("::", 1)[1]
         metric = metrics.get(key)
         st = Stats()
@@ -24,7 +43,8 @@ def write(root: Path, name: str, entries: dict[str, list[float]]) -> Path:
             "group": metric.label, "name": fullname.split("::", 1)[1], "fullname": fullname, "params": None,
             "param": None, "options": {},
             "extra_info": {baseline.EXTRA_KEY: {"schema": baseline.SCHEMA_VERSION, "metric": metric.name, "key": key,
-                                                "unit": metric.unit, "better": metric.better, "values": values}},
+                                                "unit": metric.unit, "better": metric.better, "values": values,
+                                                "fingerprint": fp}},
             "stats": {**st.as_dict(), "iterations": 1},
         })
     data = {"machine_info": {"node": "hand-made"}, "commit_info": {}, "benchmarks": benches,

@@ -59,12 +59,19 @@ def test_baseline_then_same_passes_then_slower_config_fails(gate_dir):
     r.stderr.fnmatch_lines(["*Comparing against benchmarks from*0001_base*"])
     r.stdout.fnmatch_lines(["*aggregate tok/s @c4*"])
 
-    # the same entry, one sequence at a time: requests queue behind each other
+    # the same entry, one sequence at a time: requests queue behind each other.  A changed
+    # configuration is refused as a comparison unless asked for…
     p.makefile(".toml", llmgate=BASE_ENTRY + 'max_num_seqs = 1\n')
     r = p.runpytest_subprocess(*SMALL, *WIDE, "--benchmark-compare")
     r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*refusing to compare with*pass --llmgate-allow-mismatch*",
+                            "*not compared: configuration differs: max_num_seqs: None → 1*"])
+    # …and when asked for, the slowdown fails the test after a confirmation run on a fresh server
+    r = p.runpytest_subprocess(*SMALL, *WIDE, "--benchmark-compare", "--llmgate-allow-mismatch")
+    r.assert_outcomes(failed=1)
     out = r.stdout.str()
     assert "performance regression against" in out
+    assert "first measurement and the confirmation run on a fresh server (boot 2) both regressed" in out
     assert "aggregate_tok_s@c4 (aggregate tok/s, higher is better): baseline" in out
     assert "ttft_p95@c4 (TTFT p95, lower is better): baseline" in out
     line = next(ln for ln in r.stdout.lines if "aggregate_tok_s@c4 (" in ln and "→ now" in ln)

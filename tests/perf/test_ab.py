@@ -1,0 +1,29 @@
+"""A/B mode, the pre-upgrade gate in its strongest form: the pinned engine (A) and the
+candidate (B) booted alternately in this job — A B A B … — and measured with the same
+workload; B fails if it is slower than A beyond the metric's minimum effect and beyond the
+boot-to-boot noise.
+
+    pytest tests/perf/test_ab.py --llmgate-ab A=/venvs/vllm-pinned/bin/python \\
+                                 --llmgate-ab B=/venvs/vllm-nightly/bin/python
+"""
+
+import pytest
+
+from llmgate import ab
+
+
+# Both sides are measured in this job, so the noise to allow for is boot to boot, not day to day:
+# tighter than the CPU default matrix's stored-baseline minimum effects (override per run with
+# --llmgate-min-effect, which takes precedence).
+@pytest.mark.llmgate(min_effect={"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s": 0.10, "ttft_p95": 0.25})
+@pytest.mark.ab
+def test_ab(llmgate_config, llmgate_exclusive, llmgate_settings, gate):
+    session, st = llmgate_exclusive, llmgate_settings
+    (a_name, a_launcher), (b_name, b_launcher) = st.ab
+    workload = ab.standard_workload(st.repeats, st.warmup, st.request_timeout, st.concurrency)
+    result = ab.run_ab(llmgate_config, session.matrix, session.out_dir / "logs" / f"ab-{llmgate_config.id}",
+                       (ab.Side(a_name, a_launcher), ab.Side(b_name, b_launcher)), st.ab_rounds, workload,
+                       progress=session.progress, say=lambda line: session.say(line))
+    verdicts = ab.judge_ab(result, a_name, b_name, st.alpha,
+                           lambda metric, key: session.min_effect(metric, key, llmgate_config, gate.item))
+    gate.attach(verdicts)

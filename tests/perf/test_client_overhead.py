@@ -1,0 +1,49 @@
+"""The client is a measuring instrument: its TTFT must stay within a few ms of the engine's
+own figure (vLLM: vllm:time_to_first_token_seconds), and it must never be the bottleneck at
+concurrency 8 and up (its CPU time stays a small share of the wall time).
+
+Per repeat, the mean client TTFT minus the mean engine TTFT over the same requests (from
+the engine's histogram sum/count deltas) is recorded, at c=1 and at c=8 and 16.
+"""
+
+import time
+
+import httpx
+import psutil
+import pytest
+
+from llmgate import load, metrics, signals, stats
+
+MAX_OVERHEAD_S = 0.010        # "a few ms": client TTFT − engine TTFT, median over repeats, at c=1
+MAX_CLIENT_CPU_SHARE = 0.5    # half of one core: far from saturating the client process
+
+
+def test_client_overhead(llmgate_server, llmgate_prompts, llmgate_settings, gate):
+    h, st = llmgate_server, llmgate_settings
+    http = httpx.Client(timeout=30)
+    me = psutil.Process()
+    summary = {}
+    for n in (1, 8, 16):
+        load.run(h, load.fixed_requests(h, llmgate_prompts, n, 128, 32, f"overhead-warm-{n}"), n, st.request_timeout)
+        overheads, cpu_shares = [], []
+        for r in range(st.repeats):
+            reqs = load.fixed_requests(h, llmgate_prompts, max(2 * n, 4), 128, 32, f"overhead-c{n}-{r}")
+            before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
+            cpu0, t0 = me.cpu_times(), time.perf_counter()
+            res = load.run(h, reqs, n, st.request_timeout)
+            cpu1, wall = me.cpu_times(), time.perf_counter() - t0
+            after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
+            assert not res.failures, [f.error for f in res.failures]
+            server = h.engine.server_ttft(signals.Delta(before, after))
+            if server is None:
+                pytest.skip(f"{h.engine.name} exposes no server-side TTFT to compare the client with")
+            overheads.append(sum(res.ttfts()) / len(res.ttfts()) - server)
+            cpu_shares.append(((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / wall)
+        gate.record(metrics.CLIENT_OVERHEAD, overheads, f"c{n}")
+        gate.record(metrics.CLIENT_CPU, cpu_shares, f"c{n}")
+        summary[n] = (stats.median(overheads), stats.median(cpu_shares))
+    assert summary[1][0] < MAX_OVERHEAD_S, (
+        f"client TTFT is {summary[1][0] * 1000:.1f} ms above the engine's own at c=1 (limit {MAX_OVERHEAD_S * 1000:.0f} ms)")
+    for n in (8, 16):
+        assert summary[n][1] < MAX_CLIENT_CPU_SHARE, (
+            f"the client used {summary[n][1]:.0%} of a core at c={n}: it could become the bottleneck")

@@ -1,0 +1,89 @@
+"""A loopback HTTP proxy that makes a server look slower: a test utility for showing that
+the gate detects a regression it was not told about.
+
+Streamed responses (server-sent events) are forwarded event by event; the i-th
+token-carrying event leaves no earlier than its arrival plus (i + 1) × ``delay_s``, as if
+every decode step of the server took ``delay_s`` longer (TTFT grows by one delay, TPOT by
+one delay).  Everything else passes through unchanged.  It listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+
+
+class DelayProxy:
+    def __init__(self, upstream: str, delay_s: float):
+        self.upstream, self.delay_s = upstream.rstrip("/"), delay_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="delay-proxy")
+        self._server: asyncio.base_events.Server | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._handle, "127.0.0.1", 0), self._loop)
+        self._server = fut.result(10)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    def stop(self) -> None:
+        if self._server is not None:
+            async def close():
+                self._server.close()
+                await self._server.wait_closed()
+            asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request_line = await reader.readline()
+                if not request_line:
+                    return
+                method, path, _ = request_line.decode().split(" ", 2)
+                headers = {}
+                while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    k, v = line.decode().split(":", 1)
+                    headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", 0)))
+                fwd = {k: v for k, v in headers.items() if k not in ("host", "content-length", "connection")}
+                await self._forward(method, path, fwd, body, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _forward(self, method, path, headers, body, writer) -> None:
+        async with httpx.AsyncClient(timeout=None) as http:
+            async with http.stream(method, self.upstream + path, headers=headers, content=body) as r:
+                ctype = r.headers.get("content-type", "application/octet-stream")
+                writer.write(f"HTTP/1.1 {r.status_code} {r.reason_phrase}\r\ncontent-type: {ctype}\r\n"
+                             f"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n".encode())
+                if "event-stream" in ctype:
+                    n = 0
+                    async for line in r.aiter_lines():
+                        arrived = time.perf_counter()
+                        if line.startswith("data:") and "[DONE]" not in line and '"choices":[]' not in line.replace(" ", ""):
+                            n += 1
+                            wait = arrived + n * self.delay_s - time.perf_counter()
+                            if wait > 0:
+                                await asyncio.sleep(wait)
+                        await self._chunk(writer, (line + "\n").encode())
+                else:
+                    async for data in r.aiter_raw():
+                        await self._chunk(writer, data)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+
+    @staticmethod
+    async def _chunk(writer, data: bytes) -> None:
+        if data:
+            writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            await writer.drain()

@@ -1,0 +1,61 @@
+"""A/B mode against real vLLM on the CPU, and the gate's self-validation:
+
+- A/A: the same engine environment on both sides gives no regression;
+- injected regression: the same boots measured through a loopback proxy that delays every
+  streamed token (about 20% slower decode) are caught as a regression against A.
+
+One A/B run covers both: sides A and B (the same interpreter), boots alternating
+A B A B …, and each B boot measured a second time through the delay proxy ("B+delay").
+"""
+
+import dataclasses
+import sys
+
+import pytest
+
+from delay_proxy import DelayProxy
+from llmgate import ab, matrix, metrics
+
+pytestmark = pytest.mark.engine
+
+MATRIX = """
+[[matrix]]
+id = "cpu-ab"
+engine = "vllm"
+model = "tiny"
+dtype = "bfloat16"
+max_model_len = 1024
+kv_cache_bytes = 200_000_000
+"""
+MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s@c4": 0.10, "ttft_p95@c4": 0.25}
+DELAY_S = 0.0017   # ~25% of a 6.7 ms decode step (150 tok/s): tok/s falls by ~20%
+
+
+def through_proxy(handle):
+    proxy = DelayProxy(handle.base_url, DELAY_S)
+    url = proxy.start()
+    return dataclasses.replace(handle, base_url=url), proxy.stop
+
+
+def test_aa_passes_and_injected_slowdown_is_caught(tmp_path):
+    (tmp_path / "llmgate.toml").write_text(MATRIX)
+    m = matrix.load(tmp_path / "llmgate.toml")
+    cfg = m.entries[0]
+    sides = (ab.Side("A", sys.executable), ab.Side("B", sys.executable, views={"B+delay": through_proxy}))
+    workload = ab.standard_workload(repeats=3, warmup=1, timeout=120, concurrency=4, decode_output=128)
+    result = ab.run_ab(cfg, m, tmp_path / "logs", sides, rounds=4, workload=workload)
+    assert result.order == ["A", "B"] * 4
+
+    def eff(metric, key):
+        return MIN_EFFECT.get(key, metric.min_effect)
+
+    aa = {v.key: v for v in ab.judge_ab(result, "A", "B", 0.05, eff)}
+    injected = {v.key: v for v in ab.judge_ab(result, "A", "B+delay", 0.05, eff)}
+    report = "\n".join(v.line() for v in [*aa.values(), *injected.values()])
+    print(report)
+    assert not any(v.failed for v in aa.values()), report
+    slow = injected["decode_tok_s"]
+    assert slow.failed, report
+    assert -0.35 < slow.change < -0.08, report           # about the injected 20%, not something else
+    assert slow.now.n == slow.baseline.n == 4
+    assert aa["decode_tok_s"].metric is metrics.DECODE_TOK_S
