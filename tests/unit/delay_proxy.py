@@ -1,10 +1,11 @@
 """A loopback HTTP proxy that makes a server look slower: a test utility for showing that
 the gate detects a regression it was not told about.
 
-Streamed responses (server-sent events) are forwarded event by event; the i-th
-token-carrying event leaves no earlier than its arrival plus (i + 1) × ``delay_s``, as if
-every decode step of the server took ``delay_s`` longer (TTFT grows by one delay, TPOT by
-one delay).  Everything else passes through unchanged.  It listens on 127.0.0.1 only.
+Streamed responses (server-sent events) are forwarded event by event: a reader task
+timestamps each event as it arrives, and the n-th token-carrying event is passed on no
+earlier than its arrival plus n × ``delay_s``, as if every decode step of the server took
+``delay_s`` longer (TTFT grows by one delay, TPOT by one delay).  One upstream client is reused for all requests
+(creating an httpx client per request costs tens of milliseconds).  Everything else passes through unchanged.  It listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class DelayProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="delay-proxy")
         self._server: asyncio.base_events.Server | None = None
+        self._http: httpx.AsyncClient | None = None
         self.url = ""
 
     def start(self) -> str:
@@ -35,6 +37,8 @@ class DelayProxy:
     def stop(self) -> None:
         if self._server is not None:
             async def close():
+                if self._http is not None:
+                    await self._http.aclose()
                 self._server.close()
                 await self._server.wait_closed()
             asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
@@ -61,26 +65,41 @@ class DelayProxy:
             writer.close()
 
     async def _forward(self, method, path, headers, body, writer) -> None:
-        async with httpx.AsyncClient(timeout=None) as http:
-            async with http.stream(method, self.upstream + path, headers=headers, content=body) as r:
-                ctype = r.headers.get("content-type", "application/octet-stream")
-                writer.write(f"HTTP/1.1 {r.status_code} {r.reason_phrase}\r\ncontent-type: {ctype}\r\n"
-                             f"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n".encode())
-                if "event-stream" in ctype:
-                    n = 0
-                    async for line in r.aiter_lines():
-                        arrived = time.perf_counter()
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None))
+        http = self._http
+        async with http.stream(method, self.upstream + path, headers=headers, content=body) as r:
+            ctype = r.headers.get("content-type", "application/octet-stream")
+            writer.write(f"HTTP/1.1 {r.status_code} {r.reason_phrase}\r\ncontent-type: {ctype}\r\n"
+                         f"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n".encode())
+            if "event-stream" in ctype:
+                events: asyncio.Queue = asyncio.Queue()
+
+                async def read():
+                    try:
+                        async for line in r.aiter_lines():
+                            events.put_nowait((time.perf_counter(), line))
+                    finally:
+                        events.put_nowait(None)
+
+                reader = asyncio.create_task(read())
+                n = 0
+                try:
+                    while (item := await events.get()) is not None:
+                        arrived, line = item
                         if line.startswith("data:") and "[DONE]" not in line and '"choices":[]' not in line.replace(" ", ""):
                             n += 1
                             wait = arrived + n * self.delay_s - time.perf_counter()
                             if wait > 0:
                                 await asyncio.sleep(wait)
                         await self._chunk(writer, (line + "\n").encode())
-                else:
-                    async for data in r.aiter_raw():
-                        await self._chunk(writer, data)
-                writer.write(b"0\r\n\r\n")
-                await writer.drain()
+                finally:
+                    reader.cancel()
+            else:
+                async for data in r.aiter_raw():
+                    await self._chunk(writer, data)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
 
     @staticmethod
     async def _chunk(writer, data: bytes) -> None:

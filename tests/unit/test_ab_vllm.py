@@ -28,7 +28,7 @@ max_model_len = 1024
 kv_cache_bytes = 200_000_000
 """
 MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s@c4": 0.10, "ttft_p95@c4": 0.25}
-DELAY_S = 0.0017   # ~25% of a 6.7 ms decode step (150 tok/s): tok/s falls by ~20%
+DELAY_S = 0.003     # added to every decode step: 5–12 ms here, so decode tok/s falls by 20–40%
 
 
 def through_proxy(handle):
@@ -56,6 +56,6 @@ def test_aa_passes_and_injected_slowdown_is_caught(tmp_path):
     assert not any(v.failed for v in aa.values()), report
     slow = injected["decode_tok_s"]
     assert slow.failed, report
-    assert -0.35 < slow.change < -0.08, report           # about the injected 20%, not something else
+    assert -0.5 < slow.change < -0.1, report             # about the injected slowdown, not something else
     assert slow.now.n == slow.baseline.n == 4
     assert aa["decode_tok_s"].metric is metrics.DECODE_TOK_S

@@ -72,10 +72,11 @@ def test_baseline_then_same_passes_then_slower_config_fails(gate_dir):
     out = r.stdout.str()
     assert "performance regression against" in out
     assert "first measurement and the confirmation run on a fresh server (boot 2) both regressed" in out
-    assert "aggregate_tok_s@c4 (aggregate tok/s, higher is better): baseline" in out
+    # queueing shows in TTFT (seen: p50 71 → 1183 ms); aggregate tok/s of a 2-core CPU hardly
+    # moves, since four sequences share the same cores either way
     assert "ttft_p95@c4 (TTFT p95, lower is better): baseline" in out
-    line = next(ln for ln in r.stdout.lines if "aggregate_tok_s@c4 (" in ln and "→ now" in ln)
-    assert "tok/s" in line and "change -" in line and "regressed" in line
+    line = next(ln for ln in r.stdout.lines if "ttft_p95@c4 (" in ln and "→ now" in ln)
+    assert " ms" in line and "change +" in line and "regressed" in line
     assert not engine_processes()
 
 
