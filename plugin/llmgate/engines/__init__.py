@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib
 
-from .base import BootDiagnosis, Engine, EngineInfo
+from .base import BaseAdapter, BootDiagnosis, Engine, EngineInfo
 
 # name → module holding a class ``Adapter``; adding an engine is one file and one line here.
 _ADAPTERS = {
     "vllm": "llmgate.engines.vllm",
+    "sglang": "llmgate.engines.sglang",
+    "llamacpp": "llmgate.engines.llamacpp",
+    "mlx": "llmgate.engines.mlx",
 }
 
 
@@ -22,4 +25,4 @@ def get(name: str) -> Engine:
     return importlib.import_module(_ADAPTERS[name]).Adapter()
 
 
-__all__ = ["BootDiagnosis", "Engine", "EngineInfo", "get", "names"]
+__all__ = ["BaseAdapter", "BootDiagnosis", "Engine", "EngineInfo", "get", "names"]

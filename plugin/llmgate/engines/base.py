@@ -86,3 +86,69 @@ def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
     for m in re.finditer(pattern, text, flags):
         pass
     return m
+
+
+class BaseAdapter:
+    """Defaults for the protocol: an adapter overrides what its engine does differently."""
+
+    name: ClassVar[str] = "?"
+    health_path: ClassVar[str] = "/health"
+    metrics_path: ClassVar[str | None] = "/metrics"
+
+    def unavailable(self, cfg: ServerConfig) -> str | None:
+        return None
+
+    def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
+        """The model as this engine loads it (a converted or quantized copy, cached), from a folder or file."""
+        return model
+
+    def environment(self, cfg: ServerConfig) -> dict[str, str]:
+        return {}
+
+    def ready(self, http: httpx.Client, base_url: str, model_name: str) -> bool:
+        """True once the server answers requests (default: GET health_path is 200)."""
+        try:
+            return http.get(base_url + self.health_path).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
+        return {"ignore_eos": True}
+
+    def stream_fields(self) -> dict[str, Any]:
+        return {"stream_options": {"include_usage": True}}
+
+    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
+        """Empty the prefix cache; False when the engine has no way to (callers then use new prefixes)."""
+        return False
+
+    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
+        return None
+
+    def read_log(self, log_text: str) -> dict[str, Any]:
+        return {}
+
+    def spec_acceptance(self, delta: Delta) -> SpecAcceptance | None:
+        return None
+
+    def prefix_cache_hits(self, delta: Delta) -> float | None:
+        return None
+
+    def server_ttft(self, delta: Delta) -> float | None:
+        return None
+
+    def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
+        """Why this engine cannot run a lever scenario for ``cfg`` (the test skips with it); None if it can."""
+        return None
+
+    def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Request fields for constrained decoding (``json_schema``/``regex``/``choice`` spec); None if unsupported."""
+        return None
+
+    def token_ids_fields(self) -> dict[str, Any]:
+        """Request fields that make a non-streamed completion return its token ids."""
+        return {}
+
+    def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:
+        ids = choice.get("token_ids")
+        return list(ids) if isinstance(ids, list) else None

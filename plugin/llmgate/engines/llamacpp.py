@@ -1,0 +1,168 @@
+"""llama.cpp: ``llama-server -m MODEL.gguf``.
+
+- Binary: the entry's ``launcher``, else ``$LLMGATE_LLAMA_SERVER``, else ``llama-server`` on
+  PATH, else the one ``python -m llmgate.install llama-server`` built.  ``llama-quantize``
+  is taken from beside it.
+- Model: a ``.gguf`` file, or a folder made by llmgate.tinymodel (converted to GGUF with the
+  same weights); ``quantization`` (``Q8_0``, ``Q4_K_M``, …) runs llama-quantize once, cached.
+- ``-c`` = max_model_len with one unified KV buffer (``-kvu``) shared by ``-np`` slots, so
+  every request can use the whole context, as on vLLM; ``-t`` leaves a core to the client.
+- KV cache type: ``-ctk/-ctv`` (``f16``, ``q8_0``, ``q4_0`` …); a quantized V cache needs
+  ``-fa on``.  There is no KV memory budget: the context is allocated as asked, so the
+  max_model_len probe does not apply.
+- Speculative decoding: ``-md DRAFT --spec-type draft-simple --spec-draft-n-max N``
+  (``-md`` alone loads the draft and does nothing), or ``--spec-type ngram-simple``.
+- Prefix cache: on by default (``cache_prompt``); off with ``--no-cache-prompt --cache-ram 0``.
+  No endpoint empties it without ``--slot-save-path``: cold requests use a new prefix.
+- Ready when ``GET /health`` is 200 (503 while loading).  ``--metrics``: ``llamacpp:*``;
+  responses carry ``timings`` (prompt_ms, predicted_per_second, draft_n, draft_n_accepted).
+- API key from ``LLAMA_API_KEY`` in the environment (never on the command line).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+
+from .. import install, tinymodel
+from ..matrix import ServerConfig
+from ..signals import Delta, SpecAcceptance
+from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
+
+INSTALL_HINT = "build it with `python -m llmgate.install llama-server` (llama.cpp from the llama-cpp-python sdist, ~10 min on 2 cores) or set LLMGATE_LLAMA_SERVER"
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
+def find_binary(cfg: ServerConfig) -> Path | None:
+    for cand in (cfg.launcher, os.environ.get("LLMGATE_LLAMA_SERVER"), shutil.which("llama-server")):
+        if cand and Path(cand).is_file():
+            return Path(cand)
+    return install.built_llama_server()
+
+
+@functools.lru_cache(maxsize=8)
+def _version(binary: str) -> tuple[str | None, str | None]:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    text = out.stdout + out.stderr
+    m = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", text)
+    if not m:
+        m2 = re.search(r"version: (\S+)", text)
+        return (m2.group(1) if m2 else None), None
+    return f"{m.group(1)} build {m.group(2)}", m.group(3)
+
+
+class Adapter(BaseAdapter):
+    name: ClassVar[str] = "llamacpp"
+
+    def unavailable(self, cfg: ServerConfig) -> str | None:
+        if cfg.launcher and not Path(cfg.launcher).is_file():
+            return f"launcher {cfg.launcher!r} (a llama-server binary) does not exist"
+        if find_binary(cfg) is None:
+            return f"llama-server not found ({INSTALL_HINT})"
+        if cfg.kv_cache_dtype not in ("auto", *KV_TYPES):
+            return f"kv_cache_dtype {cfg.kv_cache_dtype!r}: llama.cpp takes one of {', '.join(KV_TYPES)}"
+        return None
+
+    def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
+        if model.is_dir():
+            if not (model / tinymodel.MANIFEST).is_file():
+                raise ValueError(f"{model} is a folder: llama.cpp needs a .gguf file (convert it with "
+                                 f"llama.cpp's convert_hf_to_gguf.py); llmgate converts only the models it built")
+            model = tinymodel.gguf_path(model)
+        if not cfg.quantization:
+            return model
+        out = model.with_name(f"{model.stem}.{cfg.quantization}.gguf")
+        if not out.is_file():
+            quantize = find_binary(cfg).with_name("llama-quantize")
+            tmp = out.with_suffix(f".tmp{os.getpid()}.gguf")
+            subprocess.run([str(quantize), str(model), str(tmp), cfg.quantization, "1"], check=True,
+                           capture_output=True, timeout=1800)
+            os.replace(tmp, out)
+        return out
+
+    def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
+        threads = max(1, (os.cpu_count() or 2) - 1) if cfg.device == "cpu" else (os.cpu_count() or 1)
+        cmd = [str(find_binary(cfg)), "-m", str(model), "--host", host, "--port", str(port),
+               "-c", str(cfg.max_model_len), "-np", str(cfg.max_num_seqs or 8), "-kvu",
+               "-t", str(threads), "-tb", str(threads), "--metrics", "--no-webui"]
+        if cfg.kv_cache_dtype != "auto":
+            cmd += ["-ctk", cfg.kv_cache_dtype, "-ctv", cfg.kv_cache_dtype, "-fa", "on"]
+        if not cfg.prefix_caching:
+            cmd += ["--no-cache-prompt", "--cache-ram", "0"]
+        spec = cfg.speculative or {}
+        method = spec.get("method")
+        if method in ("draft_model", "draft"):
+            cmd += ["-md", str(spec["model"]), "--spec-type", "draft-simple",
+                    "--spec-draft-n-max", str(spec.get("num_speculative_tokens", 3))]
+        elif method in ("ngram", "ngram-simple"):
+            cmd += ["--spec-type", "ngram-simple"]
+            if "prompt_lookup_max" in spec:
+                cmd += ["--spec-ngram-simple-size-n", str(spec["prompt_lookup_max"])]
+            if "num_speculative_tokens" in spec:
+                cmd += ["--spec-ngram-simple-size-m", str(spec["num_speculative_tokens"])]
+        elif method:
+            cmd += ["--spec-type", str(method)]
+        if cfg.device == "gpu":
+            cmd += ["-ngl", "999"]
+        return cmd + list(cfg.args)
+
+    def environment(self, cfg: ServerConfig) -> dict[str, str]:
+        key = os.environ.get("LLMGATE_API_KEY")
+        return {"LLAMA_API_KEY": key} if key else {}
+
+    def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
+        binary = find_binary(cfg) if cfg else shutil.which("llama-server")
+        version, commit = _version(str(binary)) if binary else (None, None)
+        return EngineInfo("llamacpp", version, commit, {"binary": str(binary)})
+
+    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
+        for pattern in (r"error: [^\n]+", r"(?:failed to|unable to) [^\n]+", r"\bexception\b[^\n]*"):
+            m = last_match(pattern, log_text, re.I)
+            if m:
+                return BootDiagnosis(m.group(0).strip()[:400])
+        return None
+
+    def read_log(self, log_text: str) -> dict[str, Any]:
+        facts: dict[str, Any] = {}
+        m = last_match(r"n_ctx_seq\s*=\s*(\d+)", log_text) or last_match(r"n_ctx_slot\s*=\s*(\d+)", log_text)
+        if m:
+            facts["context_per_request"] = int(m.group(1))
+        m = last_match(r"llama_kv_cache:\s+size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells", log_text)
+        if m:
+            facts["kv_cache_tokens"] = int(m.group(2))
+        m = last_match(r"system_info: ([^\n]+)", log_text)
+        if m:
+            facts["system_info"] = m.group(1).strip()[:300]
+        return facts
+
+    def spec_acceptance(self, delta: Delta) -> SpecAcceptance | None:
+        drafts = delta.counter("llamacpp:spec_decode_num_drafts_total")
+        if drafts is None:
+            return None
+        return SpecAcceptance(drafts=drafts,
+                              draft_tokens=delta.counter("llamacpp:spec_decode_num_draft_tokens_total") or 0.0,
+                              accepted=delta.counter("llamacpp:spec_decode_num_accepted_tokens_total") or 0.0)
+
+    def prefix_cache_hits(self, delta: Delta) -> float | None:
+        return delta.counter("llamacpp:prompt_tokens_cached_total")
+
+    def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        if spec["type"] == "json_schema":
+            return {"json_schema": spec["schema"]}
+        if spec["type"] == "regex":          # no regex constraint: the case's GBNF twin, if it has one
+            return {"grammar": spec["gbnf"]} if spec.get("gbnf") else None
+        return {"grammar": "root ::= " + " | ".join(json.dumps(c) for c in spec["choices"])}
+
+    def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
+        if scenario == "kv_max_len":
+            return ("llama.cpp has no KV memory budget: it allocates the context it is asked for, "
+                    "so there is no largest max_model_len to probe")
+        return None
