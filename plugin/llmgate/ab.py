@@ -75,7 +75,7 @@ def run_ab(cfg: ServerConfig, matrix: Matrix, log_dir: Path, sides: tuple[Side, 
     """Boot A and B alternately ``rounds`` times each and measure every boot with ``workload``."""
     names = [s.name for s in sides] + [v for s in sides for v in s.views]
     result = ABResult(cfg.id, {n: [] for n in names}, [], {n: [] for n in names})
-    prompts = PromptMaker(matrix.resolve_model(cfg.model))
+    prompts = PromptMaker(matrix.tokenizer_folder(cfg))
     boot = 0
     for r in range(rounds):
         for side in sides:

@@ -31,7 +31,8 @@ from . import tinymodel
 DEFAULT_MATRIX = Path(__file__).parent / "default_matrix.toml"
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 DEVICES = ("cpu", "gpu")
-LEVERS = ("quantization", "speculative", "kv_max_len", "concurrency", "prefix_cache")
+# "gate": the basic gate tests (decode, concurrency at N, client overhead); the rest are the seed's levers
+LEVERS = ("gate", "quantization", "speculative", "kv_max_len", "concurrency", "prefix_cache", "quality")
 
 
 class MatrixError(ValueError):
@@ -57,12 +58,13 @@ class ServerConfig:
     max_num_seqs: int | None = None
     tensor_parallel: int = 1
     load_format: str | None = None
+    tokenizer: str | None = None          # folder with tokenizer.json, when the model has none (a .gguf file)
     args: tuple[str, ...] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     boot_timeout_s: float = 600.0
     min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
     launcher: str | None = None           # the engine's interpreter / binary (default: this Python, or PATH)
-    levers: tuple[str, ...] = ()          # lever scenarios this entry takes part in (LEVERS)
+    levers: tuple[str, ...] = ("gate",)   # scenarios this entry takes part in (LEVERS)
     reference: str | None = None          # id of the entry it is compared with (same model, lever off)
     source: str = dataclasses.field(default="", compare=False)
 
@@ -112,10 +114,17 @@ class Matrix:
         raise KeyError(id_)
 
     def resolve_model(self, ref: str) -> Path:
-        """A model reference → a local folder (building a tiny model when needed)."""
+        """A model reference → a local folder or file (building a tiny model when needed)."""
         if ref in self.models:
             return tinymodel.build(spec=self.models[ref], name=ref)
         return Path(ref)
+
+    def tokenizer_folder(self, cfg: ServerConfig) -> Path:
+        """Where the entry's tokenizer.json is (for exact-length prompts): ``tokenizer``, else the model folder."""
+        if cfg.tokenizer:
+            return self.resolve_model(cfg.tokenizer)
+        model = self.resolve_model(cfg.model)
+        return model if model.is_dir() else model.parent
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ServerConfig) if f.name != "source"}
@@ -128,7 +137,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "quantization": (str, _NONE), "kv_cache_dtype": (str,), "speculative": (dict, _NONE),
     "prefix_caching": (bool,), "max_model_len": (int,), "kv_cache_bytes": (int, _NONE),
     "gpu_memory_utilization": (float, int, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
-    "load_format": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
+    "load_format": (str, _NONE), "tokenizer": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
     "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE), "launcher": (str, _NONE),
 }
 
@@ -229,7 +238,8 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             p = p if p.is_absolute() or base_dir is None else base_dir / p
             if check_paths and not p.exists():
                 raise MatrixError(f"{where}: {label}: key 'speculative.model': path {str(p)!r} does not exist")
-        values = dict(merged, model=model, args=tuple(merged.get("args", ())), levers=tuple(merged.get("levers", ())))
+        values = dict(merged, model=model, args=tuple(merged.get("args", ())),
+                      levers=tuple(merged.get("levers", ("gate",))))
         if "gpu_memory_utilization" in values and values["gpu_memory_utilization"] is not None:
             values["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
         values["boot_timeout_s"] = float(values.get("boot_timeout_s", 600.0))

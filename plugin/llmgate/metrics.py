@@ -78,6 +78,13 @@ PREFIX_REDUCTION = M("prefix_ttft_reduction", "TTFT reduction, cached prefix vs 
 PREFIX_HITS = M("prefix_cache_hit_tokens", "prefix-cache hit tokens per warm request", "tokens", "higher", 0.05)
 PREFILL_TOK_S = M("prefill_tok_s", "prefill tok/s (prompt tokens ÷ TTFT)", "tok/s", "higher", 0.10)
 
+# quality
+PASS_RATE = M("quality_pass_rate", "corpus cases passing their checks", "ratio", "higher", 0.0)
+VALID_RATE = M("structured_valid_rate", "structured outputs valid (sampled)", "ratio", "higher", 0.0)
+AGREEMENT = M("token_agreement", "greedy tokens equal to the reference entry's", "ratio", "higher", 0.05)
+GREEDY = M("greedy_repeatable", "greedy outputs identical on repeat", "ratio", "higher", 0.0)
+DIVERGENCE = M("first_divergence", "first greedy token that differs from the reference entry's", "tokens", "higher", 0.25)
+
 # the client as a measuring instrument
 CLIENT_OVERHEAD = M("client_ttft_overhead", "client TTFT − engine's own TTFT", "s", "lower", 1.0)
 CLIENT_CPU = M("client_cpu_share", "client CPU time ÷ wall time", "ratio", "lower", 1.0)
@@ -92,7 +99,8 @@ def register(metric: Metric) -> Metric:
 
 for _m in (DECODE_TOK_S, TTFT_C1, AGGREGATE_TOK_S, TTFT_P50, TTFT_P95, TTFT_P99, ITL_P95, TPOT, E2E_P50,
            STARTUP_S, PEAK_RSS, SPEEDUP, SPEC_ACCEPT_RATE, SPEC_ACCEPT_LEN, SPEC_POS_RATE, MAX_MODEL_LEN, KV_TOKENS,
-           LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S, CLIENT_OVERHEAD, CLIENT_CPU):
+           LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S, CLIENT_OVERHEAD, CLIENT_CPU, PASS_RATE, VALID_RATE,
+           AGREEMENT, DIVERGENCE, GREEDY):
     register(_m)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from . import baseline as baseline_store
-from . import device, matrix as matrix_mod, metrics, report
+from . import device, engines, matrix as matrix_mod, metrics, report
 from .load import PromptMaker
 from .matrix import Matrix, MatrixError, ServerConfig
 from .server import BootError, Server, ServerHandle
@@ -57,6 +57,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "llama-server); booted alternately A B A B …, B judged against A")
     g.addoption("--llmgate-ab-rounds", type=int, default=4, metavar="N",
                 help="boots per side in A/B mode (default 4: the fewest for which the rank test can reach p<0.05)")
+    g.addoption("--llmgate-determinism", choices=["fail", "warn"], default="fail",
+                help="a greedy output that changed against the baseline fails the test (default) or only warns")
+    g.addoption("--llmgate-hypothesis-examples", type=int, default=20, metavar="N",
+                help="examples per Hypothesis property of the quality tests (default 20)")
     g.addoption("--llmgate-no-confirm", action="store_true",
                 help="fail on the first regressed measurement instead of re-measuring once on a fresh server")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
@@ -75,6 +79,8 @@ class Settings:
     confirm: bool = True
     ab: tuple[tuple[str, str], ...] = ()
     ab_rounds: int = 4
+    determinism: str = "fail"
+    hypothesis_examples: int = 20
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -102,7 +108,9 @@ class Settings:
                 allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
                 confirm=not config.getoption("llmgate_no_confirm"),
                 ab=_parse_ab(config.getoption("llmgate_ab") or []),
-                ab_rounds=config.getoption("llmgate_ab_rounds"))
+                ab_rounds=config.getoption("llmgate_ab_rounds"),
+                determinism=config.getoption("llmgate_determinism"),
+                hypothesis_examples=config.getoption("llmgate_hypothesis_examples"))
         if s.repeats < 1 or s.concurrency < 1 or s.warmup < 0:
             raise pytest.UsageError("--llmgate-repeats and --llmgate-concurrency must be >= 1, --llmgate-warmup >= 0")
         return s
@@ -171,6 +179,7 @@ class GateSession:
         self.lever_results: dict[tuple[str, str], dict[str, Any]] = {}   # (lever, entry id) → figures
         self.summary: dict[str, Any] | None = None
         self._model_hashes: dict[str, str | None] = {}
+        self.notes: list[str] = []
 
     @property
     def matrix(self) -> Matrix:
@@ -250,9 +259,9 @@ class GateSession:
                 say(self.config, f"llmgate: {cfg_id}: killed {len(killed)} process(es) that outlived SIGTERM: {killed}")
 
     def prompts(self, handle: ServerHandle) -> PromptMaker:
-        key = str(handle.model_path)
+        key = str(handle.tokenizer_path)
         if key not in self._prompt_makers:
-            self._prompt_makers[key] = PromptMaker(handle.model_path)
+            self._prompt_makers[key] = PromptMaker(handle.tokenizer_path)
         return self._prompt_makers[key]
 
     def min_effect(self, metric: metrics.Metric, key: str, cfg: ServerConfig | None, item: pytest.Item) -> float:
@@ -402,6 +411,24 @@ class Gate:
             self.session.verdicts.append(v)
         self.confirm = self.confirm and confirm
 
+    def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
+        """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
+        key = metric.name + (f"@{variant}" if variant else "")
+        base = baseline_store.baseline(self.item.config, self.item.nodeid, key)
+        if base is None:
+            return None
+        info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
+        if (baseline_store.fingerprint_mismatch(info.get("fingerprint") or {}, self.fingerprint())
+                and not self.session.settings.allow_mismatch):
+            return None
+        return info
+
+    def note(self, text: str) -> None:
+        """Something the reader of the results must know (an unsupported figure…): shown in the summary."""
+        cfg = self.config_entry
+        self.notes.append(text)
+        self.session.notes.append(f"{cfg.id if cfg else self.item.name}: {text}")
+
     @property
     def regressions(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.failed]
@@ -448,9 +475,14 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         lever = item.get_closest_marker("lever")
         callspec = getattr(item, "callspec", None)
         cfg = callspec.params.get("llmgate_config") if callspec else None
-        if lever is not None and cfg is not None and lever.args[0] not in cfg.levers:
-            item.add_marker(pytest.mark.skip(
-                reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this entry (levers = {list(cfg.levers)})"))
+        if lever is not None and cfg is not None:
+            if lever.args[0] not in cfg.levers:
+                item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this "
+                                                        f"entry (levers = {list(cfg.levers)})"))
+            else:
+                why = engines.get(cfg.engine).cannot(lever.args[0], cfg)
+                if why:
+                    item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: {why}"))
     if item.get_closest_marker("ab") is not None and not item.config.stash[SESSION_KEY].settings.ab:
         item.add_marker(pytest.mark.skip(reason="A/B mode: give two engine environments with "
                                                 "--llmgate-ab A=LAUNCHER --llmgate-ab B=LAUNCHER"))
@@ -550,9 +582,9 @@ def pytest_runtest_call(item: pytest.Item):
         firsts = {v.key: v for v in first_bad}
         _fail_regressed(confirmed, f"first measurement and the confirmation run {where} both regressed; first run:\n"
                         + "\n".join("  " + firsts[v.key].line() for v in confirmed) + "\nconfirmation run:\n")
-    g.notes = [f"{v.key}: first measurement regressed ({v.change:+.1%}), the confirmation run {where} did not"
-               for v in first_bad]
-    for note in g.notes:
+    for v in first_bad:
+        note = f"{v.key}: first measurement regressed ({v.change:+.1%}), the confirmation run {where} did not"
+        g.note(note)
         item.warn(pytest.PytestWarning(f"llmgate: {note}"))
     return result
 
@@ -608,6 +640,11 @@ def _write_summary(terminalreporter, config: pytest.Config) -> None:
     if gs.verdicts:
         tr.write_line("")
         tr.write_line(report.verdict_table(gs.verdicts))
+        if gs.notes:
+            tr.write_line("")
+            tr.write_line("notes:")
+            for n in gs.notes:
+                tr.write_line("  " + n)
         ref_name = config.getoption("llmgate_reference")
         if ref_name and gs.summary:
             from . import reference

@@ -74,9 +74,9 @@ def probe_max_model_len(cfg: ServerConfig, matrix: Matrix, log_dir: Path, *, sta
                         on_verified: Callable[[ServerHandle, PromptMaker], dict[str, Any]] | None = None) -> ProbeResult:
     """See the module docstring.  ``on_verified`` runs on the server of the verified length
     (e.g. to measure decode speed there) before it is stopped; its dict goes to ``measured``."""
-    model = matrix.resolve_model(cfg.model)
-    start = start or model_max_positions(model) or cfg.max_model_len
-    prompts = PromptMaker(model)
+    tokenizer = matrix.tokenizer_folder(cfg)
+    start = start or model_max_positions(tokenizer) or cfg.max_model_len
+    prompts = PromptMaker(tokenizer)
     result = ProbeResult(cfg.id, cfg.kv_cache_dtype, None, 0, False, [])
     good, bad = 0, None                       # largest verified, smallest failed
     candidate = start

@@ -118,8 +118,9 @@ class ServerHandle:
 
     config: ServerConfig
     base_url: str
-    model_path: Path
+    model_path: Path          # the model as the engine loads it (a converted copy, a .gguf file…)
     model_name: str
+    tokenizer_path: Path      # the folder with tokenizer.json the prompts are counted with
     model_hash: str
     engine: engines.Engine
     engine_info: EngineInfo
@@ -134,7 +135,7 @@ class ServerHandle:
     @property
     def eos_token_id(self) -> int | None:
         try:
-            eos = json.loads((self.model_path / "config.json").read_text()).get("eos_token_id")
+            eos = json.loads((self.tokenizer_path / "config.json").read_text()).get("eos_token_id")
         except (OSError, ValueError):
             return None
         return eos[0] if isinstance(eos, list) and eos else eos
@@ -170,13 +171,18 @@ class Server:
 
     # -- model -------------------------------------------------------------------------
     def _resolved(self) -> tuple[ServerConfig, Path]:
+        """The configuration with its model (and draft model) as this engine loads them."""
         model = self.matrix.resolve_model(self.cfg.model)
         if not model.exists():
             raise BootError(f"{self.cfg.id}: model path {str(model)!r} does not exist")
         cfg = self.cfg
-        if cfg.speculative and isinstance(cfg.speculative.get("model"), str):
-            draft = self.matrix.resolve_model(cfg.speculative["model"])
-            cfg = dataclasses.replace(cfg, speculative={**cfg.speculative, "model": str(draft)})
+        try:
+            if cfg.speculative and isinstance(cfg.speculative.get("model"), str):
+                draft = self.engine.prepare_model(cfg, self.matrix.resolve_model(cfg.speculative["model"]))
+                cfg = dataclasses.replace(cfg, speculative={**cfg.speculative, "model": str(draft)})
+            model = self.engine.prepare_model(cfg, model)
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            raise BootError(f"{self.cfg.id}: could not prepare the model for {self.engine.name}: {e}") from None
         return cfg, model
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -203,6 +209,7 @@ class Server:
     def _start_once(self, cfg: ServerConfig, model: Path, port: int, attempt: int) -> ServerHandle:
         suffix = f".{self.boot_number}" + (f"-retry{attempt}" if attempt else "")
         log_path = self.log_dir / f"{cfg.id}{suffix}.log"
+        self._model = model
         cmd = self.engine.command(cfg, model, HOST, port)
         env = {**os.environ, **self.engine.environment(cfg), **cfg.env}
         base_url = f"http://{HOST}:{port}"
@@ -224,6 +231,7 @@ class Server:
             raise
         self.handle = ServerHandle(
             config=self.cfg, base_url=base_url, model_path=model, model_name=str(model),
+            tokenizer_path=self.matrix.tokenizer_folder(self.cfg),
             model_hash=tinymodel.model_hash(model), engine=self.engine, engine_info=info, log_path=log_path,
             startup_s=startup, pid=self.proc.pid, boot_number=self.boot_number, memory=sampler, process=self.proc)
         return self.handle
@@ -242,11 +250,8 @@ class Server:
                     reason = diag.reason if diag else f"exited with code {code}"
                     raise BootError(f"{self.cfg.id}: {self.engine.name} server exited with code {code} while booting: "
                                     f"{reason}\nlast lines of {log_path}:\n{tail(log_path)}", diag)
-                try:
-                    if http.get(base_url + self.engine.health_path).status_code == 200:
-                        return time.monotonic() - t0
-                except httpx.HTTPError:
-                    pass
+                if self.engine.ready(http, base_url, str(self._model)):
+                    return time.monotonic() - t0
                 now = time.monotonic()
                 if now > deadline:
                     raise BootError(f"{self.cfg.id}: {self.engine.name} server not ready after "

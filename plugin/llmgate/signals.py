@@ -83,22 +83,35 @@ class Delta:
 
 @dataclasses.dataclass(frozen=True)
 class SpecAcceptance:
-    """Speculative-decoding acceptance over a run, from the engine's own counters."""
+    """Speculative-decoding acceptance over a run, from the engine's own signals: counter
+    deltas where the engine keeps counters (vLLM, llama.cpp), else the figures it reports
+    (SGLang publishes acceptance rate and length as gauges)."""
 
-    drafts: float             # verification steps that carried draft tokens
-    draft_tokens: float       # tokens proposed
-    accepted: float           # tokens accepted
-    per_position: tuple[float, ...] = ()   # accepted tokens at draft position 0, 1, …
+    drafts: float | None = None          # verification steps that carried draft tokens
+    draft_tokens: float | None = None    # tokens proposed
+    accepted: float | None = None        # tokens accepted
+    per_position: tuple[float, ...] = ()  # accepted tokens at draft position 0, 1, …
+    reported_rate: float | None = None
+    reported_length: float | None = None
 
     @property
     def rate(self) -> float | None:
         """Accepted / proposed tokens."""
-        return self.accepted / self.draft_tokens if self.draft_tokens else None
+        if self.draft_tokens and self.accepted is not None:
+            return self.accepted / self.draft_tokens
+        return self.reported_rate
 
     @property
     def mean_length(self) -> float | None:
         """Tokens produced per verification step: 1 + accepted / drafts."""
-        return 1.0 + self.accepted / self.drafts if self.drafts else None
+        if self.drafts and self.accepted is not None:
+            return 1.0 + self.accepted / self.drafts
+        return self.reported_length
+
+    @property
+    def proposed(self) -> bool:
+        """Whether any draft was proposed in the interval (None-safe)."""
+        return bool(self.drafts) or self.reported_rate is not None
 
     @property
     def position_rates(self) -> tuple[float, ...]:

@@ -88,12 +88,26 @@ def content_hash(folder: Path) -> str:
     return h.hexdigest()
 
 
-def model_hash(folder: Path) -> str:
-    """The content hash of a model folder: read from the manifest when llmgate built it."""
-    manifest = Path(folder) / MANIFEST
+_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def model_hash(path: Path) -> str:
+    """The content hash of a model folder (read from the manifest when llmgate built it) or file."""
+    path = Path(path)
+    if path.is_file():
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _FILE_HASHES:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            _FILE_HASHES[key] = h.hexdigest()
+        return _FILE_HASHES[key]
+    manifest = path / MANIFEST
     if manifest.is_file():
         return json.loads(manifest.read_text())["content_hash"]
-    return content_hash(Path(folder))
+    return content_hash(path)
 
 
 def build(out: Path | str | None = None, spec: TinySpec = TinySpec(), name: str = "tiny-llama") -> Path:
@@ -328,6 +342,108 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
         f.write(raw)
         for b in blobs:
             f.write(b)
+
+
+def gguf_path(folder: Path | str, dtype: str = "bf16") -> Path:
+    """The model of an llmgate-built folder as a GGUF file (for llama.cpp), written once into the cache.
+
+    Same weights as the safetensors checkpoint (regenerated from the seeded spec), with Q and K
+    rows permuted as convert_hf_to_gguf.py does for LLaMA, so llama.cpp computes the same function.
+    """
+    folder = Path(folder)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    spec = TinySpec(**manifest["spec"])
+    if spec.weights != "bf16":
+        raise ValueError(f"{folder}: only bf16 tiny models convert to GGUF (quantize the GGUF with llama-quantize)")
+    out = folder.parent / f"{folder.name}.{dtype}.gguf"
+    if out.is_file():
+        return out
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    try:
+        _write_gguf(folder, spec, manifest["vocab_size"], tmp, dtype)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def _permute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF Llama's rotate-half layout → llama.cpp's interleaved pairs (convert_hf_to_gguf's LlamaModel.permute)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _write_gguf(folder: Path, spec: TinySpec, vocab: int, path: Path, dtype: str) -> None:
+    import gguf
+
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    tok_cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    config = json.loads((folder / "config.json").read_text())
+    id_to_token = {i: t for t, i in tok["model"]["vocab"].items()}
+    for added in tok.get("added_tokens", []):
+        id_to_token[added["id"]] = added["content"]
+    specials = {a["id"] for a in tok.get("added_tokens", []) if a.get("special")}
+    tokens = [id_to_token[i] for i in range(vocab)]
+    types = [int(gguf.TokenType.CONTROL if i in specials else gguf.TokenType.NORMAL) for i in range(vocab)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
+    head_dim = spec.hidden // spec.heads
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(folder.name)
+    w.add_context_length(spec.max_position)
+    w.add_embedding_length(spec.hidden)
+    w.add_block_count(spec.layers)
+    w.add_feed_forward_length(spec.intermediate)
+    w.add_head_count(spec.heads)
+    w.add_head_count_kv(spec.kv_heads)
+    w.add_rope_dimension_count(head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(spec.rope_theta)
+    w.add_vocab_size(vocab)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if dtype == "bf16" else gguf.LlamaFileType.MOSTLY_F16)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(config["bos_token_id"])
+    w.add_eos_token_id(config["eos_token_id"])
+    w.add_pad_token_id(config["pad_token_id"])
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(tok_cfg["chat_template"])
+
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down"}
+
+    def add(name: str, a: np.ndarray) -> None:
+        if a.ndim == 1:
+            w.add_tensor(name, a.astype(np.float32))
+        elif dtype == "bf16":
+            w.add_tensor(name, gguf.quants.quantize(a.astype(np.float32), gguf.GGMLQuantizationType.BF16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(name, a.astype(np.float16))
+
+    weights = random_weights(spec, vocab)
+    add("token_embd.weight", weights["model.embed_tokens.weight"])
+    add("output_norm.weight", weights["model.norm.weight"])
+    if "lm_head.weight" in weights:
+        add("output.weight", weights["lm_head.weight"])
+    for i in range(spec.layers):
+        for hf, gg in names.items():
+            a = weights[f"model.layers.{i}.{hf}.weight"]
+            if hf == "self_attn.q_proj":
+                a = _permute_rope(a, spec.heads)
+            elif hf == "self_attn.k_proj":
+                a = _permute_rope(a, spec.kv_heads)
+            add(f"blk.{i}.{gg}.weight", a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def main(argv: list[str] | None = None) -> int:

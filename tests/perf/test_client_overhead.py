@@ -18,6 +18,7 @@ MAX_OVERHEAD_S = 0.010        # "a few ms": client TTFT − engine TTFT, median 
 MAX_CLIENT_CPU_SHARE = 0.5    # half of one core: far from saturating the client process
 
 
+@pytest.mark.lever("gate")
 def test_client_overhead(llmgate_server, llmgate_prompts, llmgate_settings, gate):
     h, st = llmgate_server, llmgate_settings
     http = httpx.Client(timeout=30)

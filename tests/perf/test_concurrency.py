@@ -1,5 +1,7 @@
 """Gate: N users at once — aggregate throughput, TTFT p50/p95 and ITL p95 (seed lever 4's measure)."""
 
+import pytest
+
 from llmgate import load, metrics, stats
 
 PROMPT_TOKENS = 128
@@ -7,6 +9,7 @@ OUTPUT_TOKENS = 64
 WAVE = 2  # requests per wave = WAVE × concurrency
 
 
+@pytest.mark.lever("gate")
 def test_concurrency(llmgate_server, llmgate_prompts, llmgate_settings, gate):
     s, n = llmgate_settings, llmgate_settings.concurrency
     warm = load.fixed_requests(llmgate_server, llmgate_prompts, n, PROMPT_TOKENS, OUTPUT_TOKENS, "conc-warm")

@@ -1,11 +1,14 @@
 """Gate: decode speed of one request at a time with a long generation (seed lever 1's measure)."""
 
+import pytest
+
 from llmgate import load, metrics
 
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 256
 
 
+@pytest.mark.lever("gate")
 def test_decode_c1(llmgate_server, llmgate_prompts, llmgate_settings, gate):
     s = llmgate_settings
     result = load.decode_run(llmgate_server, llmgate_prompts, PROMPT_TOKENS, OUTPUT_TOKENS, s.repeats, s.warmup,

@@ -1,8 +1,11 @@
 """Lever 5, prefix cache: requests that share a long prefix (512, 2k, 8k tokens by default,
-capped by max_model_len).  Per prefix length and round: empty the cache, send one request
-(cold), then requests with the same prefix and new suffixes (warm).  The TTFT reduction
-warm vs cold is gated, and confirmed by the engine's prefix-cache hit counter; an entry
-with prefix caching off must show no reduction and no hits (seed: up to 88% lower TTFT).
+capped by max_model_len).  Per prefix length and round: empty the cache where the engine
+can (vLLM POST /reset_prefix_cache, SGLang POST /flush_cache) and use a prefix never sent
+before (every engine), send one request (cold), then requests with the same prefix and new
+suffixes (warm).  The TTFT reduction warm vs cold is gated, and confirmed by the engine's
+own count of cached prompt tokens (its prefix-cache hit counter, or usage's
+prompt_tokens_details.cached_tokens); an entry with prefix caching off must show no
+reduction and no hits (seed: up to 88% lower TTFT).
 """
 
 import httpx
@@ -23,8 +26,8 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
         pytest.skip(f"{cfg.id}: max_model_len {cfg.max_model_len} is below every prefix length {sc.prefix_lengths}")
     http = httpx.Client(timeout=60)
 
-    def one(n_prefix, suffix_seed):
-        prompt = pm.shared_prefix(n_prefix, sc.prefix_suffix_tokens, f"prefix-{n_prefix}", suffix_seed)
+    def one(n_prefix, prefix_seed, suffix_seed):
+        prompt = pm.shared_prefix(n_prefix, sc.prefix_suffix_tokens, prefix_seed, suffix_seed)
         req = load.completion(h, prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
         res = load.run(h, [req], 1, st.request_timeout)
         assert not res.failures, [f.error for f in res.failures]
@@ -37,14 +40,17 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
         for r in range(sc.prefix_repeats):
             if cfg.prefix_caching:
                 h.engine.reset_prefix_cache(http, h.base_url)
-            cold = one(n, f"cold-{r}")
+            prefix = f"prefix-{n}-round-{r}"
+            cold = one(n, prefix, "cold")
             before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
-            warm = [one(n, f"warm-{r}-{k}") for k in range(WARM_PER_ROUND)]
+            warm = [one(n, prefix, f"warm-{k}") for k in range(WARM_PER_ROUND)]
             after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
             colds.append(cold.ttft)
             warms += [w.ttft for w in warm]
             reductions.append(1.0 - stats.median([w.ttft for w in warm]) / cold.ttft)
             got = h.engine.prefix_cache_hits(signals.Delta(before, after))
+            if got is None and all(w.cached_tokens is not None for w in warm):
+                got = sum(w.cached_tokens for w in warm)     # the engine says it in usage instead
             hits.append(None if got is None else got / WARM_PER_ROUND)
         v = f"prefix{n}"
         gate.record(metrics.TTFT_C1, colds, f"{v}-cold")
@@ -55,8 +61,10 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
             gate.record(metrics.PREFIX_REDUCTION, reductions, v, cold_ttft_s=colds, warm_ttft_s=warms)
             if all(x is not None for x in hits):
                 gate.record(metrics.PREFIX_HITS, hits, v)
-                # the cache must actually be hit: at least all full blocks of the shared prefix minus one
+                # the cache must actually be hit: about the whole shared prefix, per warm request
                 assert min(hits) >= n * 0.9, f"{cfg.id}: only {min(hits):.0f} of {n} prefix tokens came from the cache"
+            else:
+                gate.note(f"{v}: {h.engine.name} reports no cached-token count; the reduction alone shows the cache")
     gate.remember("prefix_cache", summary)
 
     longest = summary[lengths[-1]]
@@ -69,5 +77,6 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
         assert abs(longest["reduction"]) < sc.prefix_max_reduction_off, (
             f"{cfg.id}: prefix caching is off, yet repeats of a {lengths[-1]}-token prefix were "
             f"{longest['reduction']:.0%} faster than the first request")
-        assert all(x in (None, 0) for s in summary.values() for x in s["hit_tokens_per_request"]), (
+        # a cache that is off may still reuse the BOS token (MLX-LM counts it): at most one block
+        assert all(x in (None, 0) or x <= 16 for s in summary.values() for x in s["hit_tokens_per_request"]), (
             f"{cfg.id}: prefix caching is off, yet the engine counted cache hits: {summary}")

@@ -42,13 +42,17 @@ def test_speculative_decoding(llmgate_config, llmgate_server, llmgate_prompts, l
         gate.record(metrics.DECODE_TOK_S, tok_s, variant)
         if cfg.speculative:
             if any(a is None for a in acceptances):
-                pytest.fail(f"{cfg.id}: {h.engine.name} exposes no speculative-decoding counters")
-            assert all(a.drafts > 0 for a in acceptances), f"{cfg.id}: no drafts were proposed at {variant}"
-            gate.record(metrics.SPEC_ACCEPT_RATE, [a.rate for a in acceptances], variant,
-                        counters=[vars(a) for a in acceptances])
-            gate.record(metrics.SPEC_ACCEPT_LEN, [a.mean_length for a in acceptances], variant)
-            for pos in range(len(acceptances[0].position_rates)):
-                gate.record(metrics.SPEC_POS_RATE, [a.position_rates[pos] for a in acceptances], f"{variant}-pos{pos}")
+                # reported as unsupported, never as zero; the speed-up below is still measured
+                gate.note(f"{variant}: {h.engine.name} publishes no speculative-decoding acceptance figures")
+            else:
+                assert all(a.proposed for a in acceptances), f"{cfg.id}: no drafts were proposed at {variant}"
+                gate.record(metrics.SPEC_ACCEPT_RATE, [a.rate for a in acceptances], variant,
+                            counters=[vars(a) for a in acceptances])
+                if all(a.mean_length is not None for a in acceptances):
+                    gate.record(metrics.SPEC_ACCEPT_LEN, [a.mean_length for a in acceptances], variant)
+                for pos in range(min(len(a.position_rates) for a in acceptances)):
+                    gate.record(metrics.SPEC_POS_RATE, [a.position_rates[pos] for a in acceptances],
+                                f"{variant}-pos{pos}")
             if ref_figures is None:
                 pytest.fail(f"{cfg.id}: reference entry {ref.id!r} was not measured in this session")
             if variant in ref_figures:

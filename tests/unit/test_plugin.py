@@ -54,7 +54,7 @@ def test_engine_marker_and_gpu_skip_with_reason(pytester):
 
 
 @pytest.mark.parametrize("entry, message", [
-    ('id = "bad"\nengine = "tgi"\nmodel = "tiny"', "matrix entry 'bad': key 'engine': unknown engine 'tgi' (known: vllm"),
+    ('id = "bad"\nengine = "tgi"\nmodel = "tiny"', "matrix entry 'bad': key 'engine': unknown engine 'tgi' (known: llamacpp, mlx, sglang, vllm)"),
     ('id = "bad"\nengine = "vllm"\nmodel = "tiny"\nmax_batch = 3', "matrix entry 'bad': unknown key 'max_batch'"),
     ('id = "bad"\nengine = "vllm"\nmodel = "/nonexistent/model"', "matrix entry 'bad': key 'model': path '/nonexistent/model' does not exist"),
 ])
@@ -183,7 +183,7 @@ id = "without"
     """)
     result = pytester.runpytest("-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*without: lever 'prefix_cache' is not enabled for this entry (levers = [[]])*"])
+    result.stdout.fnmatch_lines(["*without: lever 'prefix_cache' is not enabled for this entry (levers = [[]'gate'[]])*"])
 
 
 def test_reference_must_be_listed_earlier(pytester):
