@@ -1,0 +1,39 @@
+"""Quality: quantization agreement.  For fixed prompts, the greedy tokens of a quantized entry
+against those of its full-precision reference measured in the same session: the first
+position where they diverge and the share of positions that agree."""
+
+import pytest
+
+from llmgate import metrics, quality
+
+PROMPTS = 4
+PROMPT_TOKENS = 32
+OUTPUT_TOKENS = 64
+
+
+@pytest.mark.lever("quantization")
+def test_quantization_agreement(llmgate_config, llmgate_server, llmgate_prompts, llmgate_settings, gate):
+    h, st = llmgate_server, llmgate_settings
+    outputs = []
+    for i in range(PROMPTS):
+        prompt = llmgate_prompts.text(PROMPT_TOKENS, f"agreement-{i}")
+        done, body = quality.complete(h, prompt, OUTPUT_TOKENS, h.engine.fixed_length_fields(h.config, h.eos_token_id),
+                                      timeout=st.request_timeout)
+        assert done.status == 200, f"HTTP {done.status}: {done.error}"
+        ids = done.token_ids if done.token_ids is not None else \
+            llmgate_prompts.tok.encode(done.text, add_special_tokens=False).ids
+        outputs.append({"text": done.text, "ids": ids})
+    gate.remember("agreement", {"outputs": outputs})
+    ref, ref_figures = gate.reference("agreement")
+    if ref is None:
+        return
+    if ref_figures is None:
+        pytest.fail(f"{llmgate_config.id}: reference {ref.id!r} was not measured in this session")
+    agree, first = [], []
+    for mine, theirs in zip(outputs, ref_figures["outputs"]):
+        agree.append(quality.agreement(mine["ids"], theirs["ids"]))
+        pos = quality.first_difference(mine["ids"], theirs["ids"])
+        first.append(float(OUTPUT_TOKENS if pos is None else pos))
+    gate.record(metrics.AGREEMENT, agree, reference=ref.id,
+                texts=[{"now": m["text"], "reference": t["text"]} for m, t in zip(outputs, ref_figures["outputs"])])
+    gate.record(metrics.DIVERGENCE, first, reference=ref.id)
