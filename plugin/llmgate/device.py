@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 
@@ -58,8 +59,15 @@ def gpus() -> list[dict[str, Any]]:
     for i in range(pynvml.nvmlDeviceGetCount()):
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
         name = pynvml.nvmlDeviceGetName(h)
-        out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                    "memory_total": pynvml.nvmlDeviceGetMemoryInfo(h).total})
+        g = {"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+             "memory_total": pynvml.nvmlDeviceGetMemoryInfo(h).total}
+        try:
+            g["memory_bus_width_bits"] = pynvml.nvmlDeviceGetMemoryBusWidth(h)
+            g["max_memory_clock_mhz"] = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)
+            g["peak_memory_bandwidth_bytes_s"] = g["max_memory_clock_mhz"] * 1e6 * g["memory_bus_width_bits"] / 8 * 2
+        except (pynvml.NVMLError, AttributeError):
+            pass
+        out.append(g)
     return out
 
 
@@ -81,3 +89,126 @@ def describe() -> dict[str, Any]:
         except pynvml.NVMLError:
             pass
     return d
+
+
+# -- memory-bandwidth roofline and GPU sampling (nvidia-ml-py) -----------------------------
+def peak_memory_bandwidth(index: int = 0) -> float | None:
+    """Peak DRAM bandwidth of GPU ``index`` in bytes/s: max memory clock × bus width × 2
+    (double data rate), from NVML; None without a GPU or when NVML does not say."""
+    if why_no_gpu():
+        return None
+    import pynvml
+
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        clock_hz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM) * 1e6
+        bus_bytes = pynvml.nvmlDeviceGetMemoryBusWidth(h) / 8
+    except (pynvml.NVMLError, AttributeError):
+        return None
+    return clock_hz * bus_bytes * 2 if clock_hz and bus_bytes else None
+
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+_QUANT_BYTES = {"fp8": 1.0, "awq": 0.5, "gptq": 0.5, "awq_marlin": 0.5, "gptq_marlin": 0.5}
+
+
+def weight_bytes_per_token(model: Path | str, dtype: str = "auto", quantization: str | None = None) -> dict[str, Any] | None:
+    """Bytes of weights one decode step reads at batch 1: every layer's weights and the LM head
+    (the input embedding is a row lookup).  Linear layers at the quantization's width, the rest
+    at ``dtype`` (``auto``: the checkpoint's).  From config.json (and llmgate's manifest for the
+    parameter count); None for a model it cannot size."""
+    import json
+
+    folder = Path(model)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    dt = cfg.get("torch_dtype", "bfloat16") if dtype == "auto" else dtype
+    full = _DTYPE_BYTES.get(str(dt))
+    lin = _QUANT_BYTES.get(quantization, None) if quantization else full
+    try:
+        h, layers, inter, vocab = (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"],
+                                   cfg["vocab_size"])
+        heads = cfg["num_attention_heads"]
+        kv = cfg.get("num_key_value_heads", heads)
+        hd = cfg.get("head_dim") or h // heads
+    except KeyError:
+        return None
+    if full is None or lin is None:
+        return None
+    linear = layers * (h * heads * hd * 2 + h * kv * hd * 2 + 3 * h * inter)   # q, o, k, v, gate/up/down
+    norms = layers * 2 * h + h
+    head = vocab * h
+    params = linear + norms + head * (1 if cfg.get("tie_word_embeddings") else 2)
+    try:
+        manifest = json.loads((folder / "llmgate-model.json").read_text())
+        params = manifest.get("parameters", params)
+    except (OSError, ValueError):
+        pass
+    return {"parameters": params, "bytes_per_token": linear * lin + (norms + head) * full,
+            "linear_bytes_per_param": lin, "other_bytes_per_param": full}
+
+
+def decode_roofline(model: Path | str, dtype: str, quantization: str | None, decode_tok_s: float,
+                    index: int = 0) -> dict[str, Any] | None:
+    """Decode speed at batch 1 as a share of the memory-bandwidth roofline: the weights are read
+    once per token, so at most peak bandwidth ÷ weight bytes per token tokens per second."""
+    w = weight_bytes_per_token(model, dtype, quantization)
+    bw = peak_memory_bandwidth(index)
+    if not w or not bw:
+        return None
+    ceiling = bw / w["bytes_per_token"]
+    return {**w, "peak_bandwidth_bytes_s": bw, "roofline_tok_s": ceiling, "decode_tok_s": decode_tok_s,
+            "efficiency": decode_tok_s / ceiling}
+
+
+class GpuSampler:
+    """Memory used and utilisation of every GPU, sampled in a thread while a scenario runs
+    (``with GpuSampler() as g: ...; g.summary()``).  Does nothing without a GPU."""
+
+    def __init__(self, interval: float = 0.2, enabled: bool = True):
+        import threading
+
+        self.interval = interval
+        self.enabled = enabled and why_no_gpu() is None
+        self.samples: list[tuple[int, int, int]] = []    # (gpu index, memory used bytes, utilisation %)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="llmgate-gpu-sampler")
+
+    def _sample(self) -> None:
+        import pynvml
+
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                used = pynvml.nvmlDeviceGetMemoryInfo(h).used
+                util = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+            except pynvml.NVMLError:
+                continue
+            self.samples.append((i, int(used), int(util)))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "GpuSampler":
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join(5)
+
+    def summary(self) -> dict[str, Any]:
+        """Per GPU: memory used at the start and at its peak (bytes), utilisation mean and max (%)."""
+        out: dict[str, Any] = {}
+        for i in sorted({s[0] for s in self.samples}):
+            mine = [s for s in self.samples if s[0] == i]
+            out[str(i)] = {"memory_used_start": mine[0][1], "memory_used_peak": max(s[1] for s in mine),
+                           "utilization_mean": sum(s[2] for s in mine) / len(mine),
+                           "utilization_max": max(s[2] for s in mine), "samples": len(mine)}
+        return out

@@ -39,6 +39,8 @@ class MatrixError(ValueError):
     """A matrix file that cannot be used; the message is one line naming file, entry and key."""
 
 
+SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)   # env values never reported
+
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
     """One server configuration: everything that decides how an engine is started."""
@@ -62,6 +64,7 @@ class ServerConfig:
     args: tuple[str, ...] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     boot_timeout_s: float = 600.0
+    port: int | None = None               # a fixed port (default: a free one); taken → another, and it says so
     min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
     launcher: str | None = None           # the engine's interpreter / binary (default: this Python, or PATH)
     levers: tuple[str, ...] = ("gate",)   # scenarios this entry takes part in (LEVERS)
@@ -75,8 +78,10 @@ class ServerConfig:
         """The full configuration as plain data (for fingerprints and reports)."""
         d = dataclasses.asdict(self)
         d.pop("source")
+        d.pop("port")                     # where it listens does not change what it measures
         d["args"] = list(self.args)
         d["levers"] = list(self.levers)
+        d["env"] = {k: ("***" if SECRET.search(k) else v) for k, v in self.env.items()}
         return d
 
 
@@ -138,6 +143,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "prefix_caching": (bool,), "max_model_len": (int,), "kv_cache_bytes": (int, _NONE),
     "gpu_memory_utilization": (float, int, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
     "load_format": (str, _NONE), "tokenizer": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
+    "port": (int, _NONE),
     "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE), "launcher": (str, _NONE),
 }
 

@@ -89,6 +89,10 @@ DIVERGENCE = M("first_divergence", "first greedy token that differs from the ref
 CLIENT_OVERHEAD = M("client_ttft_overhead", "client TTFT − engine's own TTFT", "s", "lower", 1.0)
 CLIENT_CPU = M("client_cpu_share", "client CPU time ÷ wall time", "ratio", "lower", 1.0)
 
+# every request of a measurement must succeed: a failed one (HTTP 5xx, malformed stream,
+# timeout) is a regression on its own, whatever the baseline
+FAILED_SHARE = M("failed_requests", "requests that failed", "ratio", "lower", 0.0)
+
 REGISTRY: dict[str, Metric] = {}
 
 
@@ -100,7 +104,7 @@ def register(metric: Metric) -> Metric:
 for _m in (DECODE_TOK_S, TTFT_C1, AGGREGATE_TOK_S, TTFT_P50, TTFT_P95, TTFT_P99, ITL_P95, TPOT, E2E_P50,
            STARTUP_S, PEAK_RSS, SPEEDUP, SPEC_ACCEPT_RATE, SPEC_ACCEPT_LEN, SPEC_POS_RATE, MAX_MODEL_LEN, KV_TOKENS,
            LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S, CLIENT_OVERHEAD, CLIENT_CPU, PASS_RATE, VALID_RATE,
-           AGREEMENT, DIVERGENCE, GREEDY):
+           AGREEMENT, DIVERGENCE, GREEDY, FAILED_SHARE):
     register(_m)
 
 

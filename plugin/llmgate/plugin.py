@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,10 @@ import pytest
 from . import baseline as baseline_store
 from . import device, engines, matrix as matrix_mod, metrics, report
 from .load import PromptMaker
+from .samples import LoadResult
 from .matrix import Matrix, MatrixError, ServerConfig
-from .server import BootError, Server, ServerHandle
-from .verdict import DEFAULT_ALPHA, REFUSED, Verdict, judge
+from .server import BootError, Server, ServerDied, ServerHandle
+from .verdict import DEFAULT_ALPHA, REFUSED, REGRESSED, UNCHANGED, Verdict, judge
 
 GATE_KEY = pytest.StashKey["Gate"]()
 PYTEST_BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
@@ -180,6 +182,8 @@ class GateSession:
         self.summary: dict[str, Any] | None = None
         self._model_hashes: dict[str, str | None] = {}
         self.notes: list[str] = []
+        self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
+        self.report_files: list[Path] = []
 
     @property
     def matrix(self) -> Matrix:
@@ -210,7 +214,8 @@ class GateSession:
         n = len(self.boots.get(cfg.id, [])) + 1
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
         self.boots.setdefault(cfg.id, []).append(record)
-        server = Server(cfg, self.matrix, self.out_dir / "logs", boot_number=n, progress=self.progress)
+        server = Server(cfg, self.matrix, self.out_dir / "logs", boot_number=n, progress=self.progress, port=cfg.port,
+                        say=self.say)
         say(self.config, f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session)")
         try:
             handle = server.start()
@@ -304,6 +309,7 @@ class Gate:
         self.first_measurement: list[Verdict] | None = None
         self.notes: list[str] = []
         self.confirm = True
+        self.request_counts = [0, 0]            # requests sent, failed (Gate.requests)
 
     @property
     def config_entry(self) -> ServerConfig | None:
@@ -395,11 +401,49 @@ class Gate:
                         base[0] if base else None)
         verdict = dataclasses.replace(verdict, test=getattr(self.item, "originalname", self.item.name),
                                       note="; ".join(notes))
+        base_raw = base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw") if base is not None else None
+        if raw is not None or base_raw is not None:
+            self.session.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
         if refused:
             verdict = dataclasses.replace(verdict, status=REFUSED, note="; ".join(refused))
         self.verdicts.append(verdict)
         self.session.verdicts.append(verdict)
         return verdict
+
+    def requests(self, *results: LoadResult) -> None:
+        """Account for every request of a measurement.  A failed one (HTTP error, malformed
+        stream, timeout) fails the test at once, naming the errors; the test's share of failed
+        requests becomes a verdict ("regressed" when any failed, whatever the baseline)."""
+        samples = [s for r in results for s in r.samples]
+        failed = [s for s in samples if not s.ok]
+        self.request_counts[0] += len(samples)
+        self.request_counts[1] += len(failed)
+        if failed:
+            v = self.requests_verdict()
+            errors = sorted({(s.error or "unknown error")[:300] for s in failed})
+            label = ", ".join(sorted({r.label for r in results if r.label})) or "measurement"
+            died = ""
+            cfg = self.config_entry
+            server = self.session.servers.get(cfg.id) if cfg else None
+            h = server.handle if server is not None else None
+            if h is not None and not h.alive():
+                died = (f"\nthe {h.engine.name} server (pid {h.pid}) died: exit code {h.process.poll()}; last lines of "
+                        f"{h.log_path}:\n{h.log_tail()}")
+            pytest.fail(f"{v.config_id}: {len(failed)} of {len(samples)} requests failed ({label}); failed requests "
+                        f"are counted, never dropped:\n" + "\n".join(f"  {e}" for e in errors[:8]) + died,
+                        pytrace=False)
+
+    def requests_verdict(self) -> Verdict:
+        total, failed = self.request_counts
+        cfg = self.config_entry
+        v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
+                  [failed / total], None)
+        v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
+                                status=REGRESSED if failed else UNCHANGED, note=f"{failed} of {total} requests failed")
+        self.verdicts.append(v)
+        self.session.verdicts.append(v)
+        self.request_counts = [0, 0]
+        return v
 
     def attach(self, verdicts: list[Verdict], confirm: bool = False) -> None:
         """Verdicts judged elsewhere (A/B mode) become this test's: it fails if one regressed.
@@ -562,6 +606,8 @@ def pytest_runtest_call(item: pytest.Item):
     g = item.stash.get(GATE_KEY, None)
     if g is None:
         return result
+    if g.request_counts[0]:
+        g.requests_verdict()          # all requests succeeded: one row saying how many there were
     if g.refusals:
         lines = "\n".join("  " + v.line() for v in g.refusals)
         pytest.fail(f"refusing to compare with {g.refusals[0].baseline_source} (pass --llmgate-allow-mismatch to "
@@ -577,6 +623,8 @@ def pytest_runtest_call(item: pytest.Item):
     where = f"on a fresh server (boot {handle.boot_number})" if handle is not None else "once more"
     say(item.config, f"llmgate: {item.nodeid}: {len(first_bad)} metric(s) regressed; confirmation run {where}")
     item.runtest()
+    if g.request_counts[0]:
+        g.requests_verdict()
     confirmed = [v for v in g.regressions if v.key in {f.key for f in first_bad}]
     if confirmed:
         firsts = {v.key: v for v in first_bad}
@@ -587,6 +635,16 @@ def pytest_runtest_call(item: pytest.Item):
         g.note(note)
         item.warn(pytest.PytestWarning(f"llmgate: {note}"))
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A server that died mid-test explains itself in its message (exit code and log tail):
+    no traceback through the measuring code."""
+    rep = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(ServerDied) and rep.failed:
+        rep.longrepr = str(call.excinfo.value)
+    return rep
 
 
 def _fail_regressed(verdicts: list[Verdict], preface: str) -> None:
@@ -603,18 +661,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         gs.shutdown(cid)
     if gs.verdicts or gs.boots:
         gs.out_dir.mkdir(parents=True, exist_ok=True)
-        gs.summary = summary = {
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "device": device.describe(),
-            "boots": gs.boots,
-            "verdicts": [{"config": v.config_id, "config_detail": gs.config_detail(v.config_id),
-                          "test": v.test, "key": v.key, "metric": v.metric.name, "unit": v.metric.unit,
-                          "better": v.metric.better, "now": v.now.as_dict(),
-                          "baseline": v.baseline.as_dict() if v.baseline else None, "change": v.change,
-                          "status": v.status, "p_value": v.p_value, "min_effect": v.min_effect,
-                          "baseline_source": v.baseline_source} for v in gs.verdicts],
-        }
-        (gs.out_dir / "last-run.json").write_text(json.dumps(summary, indent=2))
+        gs.summary = summary = report.build(
+            device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
+            verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
+            argv=list(session.config.invocation_params.args), exit_status=int(session.exitstatus))
+        gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -655,6 +706,9 @@ def _write_summary(terminalreporter, config: pytest.Config) -> None:
             except (FileNotFoundError, ValueError) as e:
                 tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
         regressed = [v for v in gs.verdicts if v.failed]
+        if gs.report_files:
+            tr.write_line("")
+            tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
         if regressed:
             tr.write_line("")
             tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)

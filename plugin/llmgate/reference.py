@@ -1,7 +1,7 @@
 """Published reference figures (the seed's RTX 4070 measurements, shipped under
 ``baselines/reference/``) beside a run's own figures, with the conditions of both.
 
-    python -m llmgate.reference [--run .llmgate/last-run.json] [--reference seed-rtx4070]
+    python -m llmgate.reference [--run .llmgate/report.json] [--reference seed-rtx4070]
 
 A reference figure is information, never a gate: it was measured on another card, model
 and engine build.  Where a figure names a metric of llmgate's, the run's matching values
@@ -102,7 +102,7 @@ def table(reference: dict[str, Any], run: dict[str, Any] | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llmgate.reference", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reference", default="seed-rtx4070")
-    ap.add_argument("--run", default=".llmgate/last-run.json", help="a run summary written by llmgate")
+    ap.add_argument("--run", default=".llmgate/report.json", help="a run summary written by llmgate")
     a = ap.parse_args(argv)
     try:
         ref = load(a.reference)

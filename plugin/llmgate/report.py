@@ -1,12 +1,19 @@
-"""What people read: the terminal table at the end of a session."""
+"""What people read: the terminal table at the end of a session, the JSON report (the same
+data with provenance and raw samples; schema in docs/report.md), the Markdown summary for a
+pull request or ``$GITHUB_STEP_SUMMARY``, and the plots (llmgate.plots)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
-from .verdict import Verdict
+from .verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
 def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
@@ -38,3 +45,141 @@ def boot_table(boots: dict[str, list[dict]]) -> str:
                          f"{b['startup_s']:.1f} s" if b.get("startup_s") is not None else "failed",
                          b.get("log", "")])
     return tabulate(rows, headers=["configuration", "boot", "engine", "version", "start-up", "log"], tablefmt="github")
+
+
+# -- the JSON report -------------------------------------------------------------------------
+REPORT_SCHEMA = "llmgate-report/1"        # documented in docs/report.md, checked by data/report.schema.json
+
+
+def _verdict_dict(v: Verdict, configs: Callable[[str], dict[str, Any] | None],
+                  raw: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
+    m = v.metric
+    r = raw.get((v.config_id, v.test, v.key)) or {}
+    return {
+        "config": v.config_id, "config_detail": configs(v.config_id), "test": v.test, "key": v.key,
+        "metric": m.name, "label": m.label, "unit": m.unit, "better": m.better,
+        "status": v.status, "change": v.change, "ci95": list(v.ci) if v.ci else None, "p_value": v.p_value,
+        "method": v.method, "min_effect": v.min_effect, "baseline_source": v.baseline_source, "note": v.note,
+        "now": {**v.now.as_dict(), "values": list(v.samples)},
+        "baseline": {**v.baseline.as_dict(), "values": list(v.baseline_samples)} if v.baseline else None,
+        "raw": r.get("now"), "baseline_raw": r.get("baseline"),
+    }
+
+
+def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]], verdicts: list[Verdict],
+          notes: list[str], raw: dict[tuple[str, str, str], dict[str, Any]],
+          configs: Callable[[str], dict[str, Any] | None], argv: list[str], exit_status: int) -> dict[str, Any]:
+    """Everything a session measured, as one JSON-ready document (schema ``llmgate-report/1``)."""
+    counts = Counter(v.status for v in verdicts)
+    return {
+        "schema": REPORT_SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "llmgate_version": _version(),
+        "argv": _redact(argv),
+        "exit_status": exit_status,
+        "device": device,
+        "settings": settings,
+        "boots": boots,
+        "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
+        "verdicts": [_verdict_dict(v, configs, raw) for v in verdicts],
+        "notes": notes,
+    }
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("pytest-llmgate")
+    except Exception:               # running from a source tree that is not installed
+        return "unknown"
+
+
+def _redact(argv: list[str]) -> list[str]:
+    """Command-line words that look like secrets (``--api-key X``, ``key=…``) are replaced."""
+    out, hide_next = [], False
+    for a in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        low = a.lower()
+        if any(w in low for w in ("api-key", "api_key", "token", "secret", "password")):
+            if "=" in a:
+                out.append(a.split("=", 1)[0] + "=***")
+            else:
+                out.append(a)
+                hide_next = True
+            continue
+        out.append(a)
+    return out
+
+
+# -- the Markdown summary ----------------------------------------------------------------------
+def _fmt(metric_display: Callable[[float], str], x: float | None) -> str:
+    return "—" if x is None else metric_display(x)
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY)."""
+    from . import metrics as metrics_mod
+
+    c = rep["counts"]
+    verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
+    dev = rep.get("device") or {}
+    engines = sorted({f"{b.get('engine')} {b.get('version') or '?'}" for bs in rep["boots"].values() for b in bs})
+    lines = [f"## llmgate: {verdict_word}", "",
+             f"{c[REGRESSED]} regressed · {c[IMPROVED]} improved · {c[UNCHANGED]} unchanged · "
+             f"{c[NO_BASELINE]} without baseline · {c[REFUSED]} not comparable", "",
+             f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · engines: {', '.join(engines) or '—'} · "
+             f"created {rep['created']}", ""]
+    by_test: dict[str, list[dict[str, Any]]] = {}
+    for v in rep["verdicts"]:
+        by_test.setdefault(v["test"].removeprefix("test_"), []).append(v)
+    for test, vs in by_test.items():
+        lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | verdict |",
+                  "|---|---|---|---|---|---|"]
+        for v in sorted(vs, key=lambda v: (v["config"], v["key"])):
+            m = metrics_mod.get(v["key"])
+            suffix = f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""
+            base = _fmt(m.display, v["baseline"]["median"]) if v["baseline"] else "—"
+            change = f"{v['change']:+.1%}" if v["change"] is not None else "—"
+            if v["ci95"]:
+                change += f" ({v['ci95'][0]:+.0%} … {v['ci95'][1]:+.0%})"
+            status = {REGRESSED: "**regressed**", IMPROVED: "improved"}.get(v["status"], v["status"])
+            lines.append(f"| {v['config']} | {v['label']}{suffix} ({v['better']} is better) | {base} | "
+                         f"{m.display(v['now']['median'])} | {change} | {status} |")
+        lines.append("")
+    if rep["notes"]:
+        lines += ["### Notes", ""] + [f"- {n}" for n in rep["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None) -> list[Path]:
+    """report.json, summary.md and the plots under ``out_dir``; the Markdown is also appended
+    to ``$GITHUB_STEP_SUMMARY`` when that is set.  Returns the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    path = out_dir / "report.json"
+    _write(path, json.dumps(rep, indent=1, default=str))
+    files.append(path)
+    md = markdown(rep)
+    path = out_dir / "summary.md"
+    _write(path, md)
+    files.append(path)
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(md + "\n")
+    try:
+        from . import plots
+    except ImportError as e:                # matplotlib missing: the rest of the report stands
+        rep["notes"].append(f"no plots: {e} (pip install 'pytest-llmgate[plots]')")
+    else:
+        files += plots.write(rep, out_dir / "plots")
+    return files
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace a report file whole (a reader never sees half of one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

@@ -47,6 +47,9 @@ class ServerDied(RuntimeError):
     """The server process ended while it was being used."""
 
 
+API_KEY_ENV = "LLMGATE_API_KEY"     # the key the servers are started with and the client sends
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
@@ -161,9 +164,11 @@ class Server:
     """Start/stop one configuration.  ``start()`` returns a ready ``ServerHandle``."""
 
     def __init__(self, cfg: ServerConfig, matrix: Matrix, log_dir: Path, boot_number: int = 1,
-                 progress: Progress | None = None, port: int | None = None):
+                 progress: Progress | None = None, port: int | None = None,
+                 say: Callable[[str], None] | None = None):
         self.cfg, self.matrix, self.log_dir = cfg, matrix, Path(log_dir)
         self.boot_number, self.progress, self.port = boot_number, progress, port
+        self.say = say or (lambda line: None)
         self.engine = engines.get(cfg.engine)
         self.proc: subprocess.Popen | None = None
         self.handle: ServerHandle | None = None
@@ -197,6 +202,9 @@ class Server:
             port = self.port if (self.port and attempt == 0) else free_port()
             if self.port and attempt == 0 and port_in_use(port):
                 port = free_port()
+                self.say(f"llmgate: {cfg.id}: port {self.port} is in use on {HOST}; using {port} instead")
+            elif attempt:
+                self.say(f"llmgate: {cfg.id}: the port was taken while it booted; retrying on {port}")
             try:
                 return self._start_once(cfg, model, port, attempt)
             except BootError as e:
@@ -212,6 +220,14 @@ class Server:
         self._model = model
         cmd = self.engine.command(cfg, model, HOST, port)
         env = {**os.environ, **self.engine.environment(cfg), **cfg.env}
+        api_key = os.environ.get(API_KEY_ENV) or None
+        if api_key and self.engine.api_key_env:
+            env[self.engine.api_key_env] = api_key          # from the environment, never on the command line
+        elif api_key:
+            self.say(f"llmgate: {cfg.id}: {API_KEY_ENV} is set but {self.engine.name} takes no API key from its "
+                     f"environment: this server runs without one")
+            api_key = None
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         base_url = f"http://{HOST}:{port}"
         with open(log_path, "wb") as log:
             log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -223,7 +239,7 @@ class Server:
         sampler.start()
         try:
             startup = self._wait_ready(base_url, log_path, t0)
-            with httpx.Client(timeout=30) as http:
+            with httpx.Client(timeout=30, headers=auth) as http:
                 info = self.engine.info(http, base_url, cfg)
         except BaseException:
             sampler.stop()
@@ -233,7 +249,8 @@ class Server:
             config=self.cfg, base_url=base_url, model_path=model, model_name=str(model),
             tokenizer_path=self.matrix.tokenizer_folder(self.cfg),
             model_hash=tinymodel.model_hash(model), engine=self.engine, engine_info=info, log_path=log_path,
-            startup_s=startup, pid=self.proc.pid, boot_number=self.boot_number, memory=sampler, process=self.proc)
+            startup_s=startup, pid=self.proc.pid, boot_number=self.boot_number, memory=sampler, process=self.proc,
+            api_key=api_key)
         return self.handle
 
     def _wait_ready(self, base_url: str, log_path: Path, t0: float) -> float:

@@ -32,6 +32,8 @@ class Verdict:
     note: str = ""
     test: str = ""                 # the test that measured it
     ci: tuple[float, float] | None = None   # 95% bootstrap interval of the change of medians
+    samples: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)           # now
+    baseline_samples: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     @property
     def failed(self) -> bool:
@@ -42,7 +44,8 @@ class Verdict:
         if self.status == REFUSED:
             return f"{self.config_id} {self.key}: now {m.display(self.now.median)}; not compared: {self.note}"
         if self.baseline is None:
-            return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)"
+            return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)" + \
+                (f"; {self.note}" if self.note else "")
         sig = f"Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else self.method
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
@@ -95,7 +98,8 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     eff = metric.min_effect if min_effect is None else min_effect
     s_now = Summary.of(now)
     if not baseline:
-        return Verdict(metric, key, config_id, s_now, None, NO_BASELINE, None, None, eff, None, "none", baseline_source)
+        return Verdict(metric, key, config_id, s_now, None, NO_BASELINE, None, None, eff, None, "none", baseline_source,
+                       samples=tuple(now))
     s_base = Summary.of(baseline)
     change = (s_now.median - s_base.median) / abs(s_base.median) if s_base.median else 0.0
     worse = metric.worse_change(s_base.median, s_now.median)
@@ -110,4 +114,4 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     else:
         status = UNCHANGED
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
-                   ci=bootstrap_change_ci(baseline, now))
+                   ci=bootstrap_change_ci(baseline, now), samples=tuple(now), baseline_samples=tuple(baseline))

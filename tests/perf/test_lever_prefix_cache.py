@@ -30,7 +30,7 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
         prompt = pm.shared_prefix(n_prefix, sc.prefix_suffix_tokens, prefix_seed, suffix_seed)
         req = load.completion(h, prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
         res = load.run(h, [req], 1, st.request_timeout)
-        assert not res.failures, [f.error for f in res.failures]
+        gate.requests(res)
         return res.ok[0]
 
     load.decode_run(h, pm, 64, OUTPUT_TOKENS, 0, st.warmup, st.request_timeout, "prefix-warm")

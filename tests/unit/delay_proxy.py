@@ -6,6 +6,10 @@ timestamps each event as it arrives, and the n-th token-carrying event is passed
 earlier than its arrival plus n × ``delay_s``, as if every decode step of the server took
 ``delay_s`` longer (TTFT grows by one delay, TPOT by one delay).  One upstream client is reused for all requests
 (creating an httpx client per request costs tens of milliseconds).  Everything else passes through unchanged.  It listens on 127.0.0.1 only.
+
+Faults, for showing that failed requests are counted: ``fail_every=N`` answers every N-th
+POST with HTTP 500 instead of forwarding it; ``corrupt_every=N`` replaces the second event of
+every N-th streamed response with a line that is not JSON.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import httpx
 
 
 class DelayProxy:
-    def __init__(self, upstream: str, delay_s: float):
+    def __init__(self, upstream: str, delay_s: float = 0.0, fail_every: int = 0, corrupt_every: int = 0):
         self.upstream, self.delay_s = upstream.rstrip("/"), delay_s
+        self.fail_every, self.corrupt_every = fail_every, corrupt_every
+        self.posts = self.streams = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="delay-proxy")
         self._server: asyncio.base_events.Server | None = None
@@ -65,6 +71,14 @@ class DelayProxy:
             writer.close()
 
     async def _forward(self, method, path, headers, body, writer) -> None:
+        if method == "POST":
+            self.posts += 1
+            if self.fail_every and self.posts % self.fail_every == 0:
+                msg = b'{"error": {"message": "injected by the test proxy", "code": 500}}'
+                writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\nconnection: keep-alive\r\n\r\n%s" % (len(msg), msg))
+                await writer.drain()
+                return
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None))
         http = self._http
@@ -83,12 +97,16 @@ class DelayProxy:
                         events.put_nowait(None)
 
                 reader = asyncio.create_task(read())
+                self.streams += 1
+                corrupt = bool(self.corrupt_every) and self.streams % self.corrupt_every == 0
                 n = 0
                 try:
                     while (item := await events.get()) is not None:
                         arrived, line = item
                         if line.startswith("data:") and "[DONE]" not in line and '"choices":[]' not in line.replace(" ", ""):
                             n += 1
+                            if corrupt and n == 2:
+                                line = "data: {this is not json"
                             wait = arrived + n * self.delay_s - time.perf_counter()
                             if wait > 0:
                                 await asyncio.sleep(wait)

@@ -43,6 +43,7 @@ class Engine(Protocol):
     name: ClassVar[str]
     health_path: ClassVar[str]
     metrics_path: ClassVar[str | None]
+    api_key_env: ClassVar[str | None]
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         """None when the engine can be launched here; otherwise why not, with the install hint."""
@@ -94,6 +95,9 @@ class BaseAdapter:
     name: ClassVar[str] = "?"
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[str | None] = "/metrics"
+    # the environment variable the engine reads its API key from (None: it takes none that way;
+    # a key on the command line would show in process lists and in the engine's own logs)
+    api_key_env: ClassVar[str | None] = None
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         return None

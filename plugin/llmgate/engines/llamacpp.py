@@ -61,6 +61,7 @@ def _version(binary: str) -> tuple[str | None, str | None]:
 
 class Adapter(BaseAdapter):
     name: ClassVar[str] = "llamacpp"
+    api_key_env: ClassVar[str | None] = "LLAMA_API_KEY"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.launcher and not Path(cfg.launcher).is_file():
@@ -113,10 +114,6 @@ class Adapter(BaseAdapter):
         if cfg.device == "gpu":
             cmd += ["-ngl", "999"]
         return cmd + list(cfg.args)
-
-    def environment(self, cfg: ServerConfig) -> dict[str, str]:
-        key = os.environ.get("LLMGATE_API_KEY")
-        return {"LLAMA_API_KEY": key} if key else {}
 
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         binary = find_binary(cfg) if cfg else shutil.which("llama-server")

@@ -89,9 +89,6 @@ class Adapter(BaseAdapter):
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "SGLANG_HOST_IP": "127.0.0.1"}
-        key = os.environ.get("LLMGATE_API_KEY")
-        if key:
-            env["SGLANG_API_KEY"] = key
         return env
 
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:

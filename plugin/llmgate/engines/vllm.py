@@ -37,6 +37,7 @@ INSTALL_HINT = (
 
 class Adapter(BaseAdapter):
     name: ClassVar[str] = "vllm"
+    api_key_env: ClassVar[str | None] = "VLLM_API_KEY"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.launcher:

@@ -1,0 +1,67 @@
+"""The session report: JSON valid against its schema, Markdown, plots with their data."""
+
+import json
+from importlib.resources import files
+
+import jsonschema
+import pytest
+
+from llmgate import metrics, report
+from llmgate.verdict import judge
+
+pytest.importorskip("matplotlib")
+
+
+def verdicts():
+    out = []
+    for c, tok, ttft in ((1, 100.0, 0.02), (4, 300.0, 0.05), (8, 420.0, 0.09)):
+        out.append(judge(metrics.AGGREGATE_TOK_S, f"aggregate_tok_s@c{c}", "cfg", [tok, tok * 1.02, tok * 0.98],
+                         [tok * 1.5, tok * 1.52, tok * 1.48], 0.1, 0.05, "0001_base"))
+        out.append(judge(metrics.TTFT_P95, f"ttft_p95@c{c}", "cfg", [ttft] * 3, None))
+    out.append(judge(metrics.DECODE_TOK_S, "decode_tok_s", "cfg", [120.0, 130.0, 125.0], [124.0, 126.0, 128.0], 0.1))
+    for n, cold, warm in ((512, 0.05, 0.02), (2048, 0.2, 0.03)):
+        out.append(judge(metrics.TTFT_C1, f"ttft_c1@prefix{n}-cold", "cfg", [cold] * 3, None))
+        out.append(judge(metrics.TTFT_C1, f"ttft_c1@prefix{n}-warm", "cfg", [warm] * 3, None))
+    import dataclasses
+    return [dataclasses.replace(v, test="test_concurrency") for v in out]
+
+
+def build(vs):
+    raw = {("cfg", "test_concurrency", "aggregate_tok_s@c4"): {
+        "now": {"waves": [{"ttft_s": [0.04, 0.05, 0.06, None]}]}, "baseline": {"waves": [{"ttft_s": [0.02, 0.03]}]}}}
+    return report.build(device={"cpu": "test cpu"}, settings={"repeats": 3}, boots={"cfg": [
+        {"boot": 1, "engine": "vllm", "version": "0.32.0", "startup_s": 30.0, "log": "x.log"}]},
+        verdicts=vs, notes=["a note"], raw=raw, configs=lambda cid: {"id": cid}, exit_status=1,
+        argv=["-m", "engine", "--api-key", "sekrit", "--token=abc"])
+
+
+def test_report_is_valid_json_with_samples_and_no_secrets(tmp_path):
+    rep = build(verdicts())
+    schema = json.loads(files("llmgate").joinpath("data/report.schema.json").read_text())
+    jsonschema.validate(json.loads(json.dumps(rep)), schema)
+    assert rep["counts"]["regressed"] == 3 and rep["counts"]["no baseline"] == 7
+    agg = next(v for v in rep["verdicts"] if v["key"] == "aggregate_tok_s@c4")
+    assert agg["now"]["values"] == [300.0, 306.0, 294.0] and len(agg["baseline"]["values"]) == 3
+    assert agg["raw"]["waves"][0]["ttft_s"][0] == 0.04
+    assert "sekrit" not in json.dumps(rep) and "abc" not in json.dumps(rep)
+
+
+def test_markdown_and_plots_are_written_and_appended_to_the_step_summary(tmp_path):
+    summary = tmp_path / "step.md"
+    summary.write_text("earlier step\n")
+    files_written = report.write_all(build(verdicts()), tmp_path / "out", str(summary))
+    names = {f.name for f in files_written}
+    assert {"report.json", "summary.md", "ttft.png", "tok_s.png", "concurrency.png", "prefix_cache.png"} <= names
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert md.startswith("## llmgate: ❌ regressions")
+    assert "| cfg | aggregate tok/s @c4 (higher is better) |" in md and "**regressed**" in md
+    assert summary.read_text().startswith("earlier step\n## llmgate")
+    for f in files_written:
+        if f.suffix == ".png":
+            assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
+
+
+def test_plots_are_left_out_when_there_is_no_data(tmp_path):
+    vs = [judge(metrics.GREEDY, "greedy_repeatable", "cfg", [1.0], None)]
+    files_written = report.write_all(build(vs), tmp_path, None)
+    assert {f.name for f in files_written} == {"report.json", "summary.md"}
