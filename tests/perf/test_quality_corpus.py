@@ -25,7 +25,8 @@ def test_corpus(llmgate_server, llmgate_settings, gate):
             if fields is None:
                 unsupported.append(case.id)
                 continue
-        done, body = quality.complete(h, case.prompt, case.max_tokens, fields, timeout=llmgate_settings.request_timeout)
+        budget = case.max_tokens + (h.engine.structured_slack if fields else 0)
+        done, body = quality.complete(h, case.prompt, budget, fields, timeout=llmgate_settings.request_timeout)
         if done.status != 200:
             checks = [quality.CheckResult("request", False, f"HTTP {done.status}: {done.error}")]
         else:

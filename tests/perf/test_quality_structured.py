@@ -22,7 +22,8 @@ def test_structured_validity(llmgate_server, llmgate_settings, gate):
         if fields is None:
             continue
         for k in range(SAMPLES):
-            done, body = quality.complete(h, case.prompt, case.max_tokens, fields, temperature=1.0, seed=1000 + k,
+            done, body = quality.complete(h, case.prompt, case.max_tokens + h.engine.structured_slack, fields,
+                                          temperature=1.0, seed=1000 + k,
                                           timeout=llmgate_settings.request_timeout)
             bad = [c for c in quality.check_case(case, done.text) if not c.ok] if done.status == 200 else ["HTTP error"]
             if bad:

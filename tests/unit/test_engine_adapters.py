@@ -31,7 +31,7 @@ def test_llamacpp_command(monkeypatch, tmp_path):
     c = cfg("llamacpp", launcher=str(binary), max_model_len=8192, max_num_seqs=4, kv_cache_dtype="q8_0",
             prefix_caching=False, speculative={"method": "draft_model", "model": "/d.gguf", "num_speculative_tokens": 5})
     s = flags(a.command(c, Path("/m.gguf"), "127.0.0.1", 9000))
-    assert s.startswith(f"{binary} -m /m.gguf --host 127.0.0.1 --port 9000 -c 8192 -np 4 -kvu")
+    assert s.startswith(f"{binary} -m /m.gguf --host 127.0.0.1 --port 9000 -c 32768 -np 4 ")
     for part in ("--metrics", "-ctk q8_0 -ctv q8_0 -fa on", "--no-cache-prompt --cache-ram 0",
                  "-md /d.gguf --spec-type draft-simple --spec-draft-n-max 5"):
         assert part in s

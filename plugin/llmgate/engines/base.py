@@ -44,6 +44,7 @@ class Engine(Protocol):
     health_path: ClassVar[str]
     metrics_path: ClassVar[str | None]
     api_key_env: ClassVar[str | None]
+    structured_slack: ClassVar[int]
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         """None when the engine can be launched here; otherwise why not, with the install hint."""
@@ -98,6 +99,8 @@ class BaseAdapter:
     # the environment variable the engine reads its API key from (None: it takes none that way;
     # a key on the command line would show in process lists and in the engine's own logs)
     api_key_env: ClassVar[str | None] = None
+    # extra max_tokens for constrained requests, where the engine's grammar lets whitespace run
+    structured_slack: ClassVar[int] = 0
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         return None

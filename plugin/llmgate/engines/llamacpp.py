@@ -5,8 +5,10 @@
   is taken from beside it.
 - Model: a ``.gguf`` file, or a folder made by llmgate.tinymodel (converted to GGUF with the
   same weights); ``quantization`` (``Q8_0``, ``Q4_K_M``, …) runs llama-quantize once, cached.
-- ``-c`` = max_model_len with one unified KV buffer (``-kvu``) shared by ``-np`` slots, so
-  every request can use the whole context, as on vLLM; ``-t`` leaves a core to the client.
+- ``-c`` = max_model_len × ``-np`` slots, split evenly: every slot holds max_model_len, so
+  max_model_len means per request what it means on vLLM (with one unified buffer, ``-kvu``,
+  four concurrent 4k prompts overflowed a 4096 context: "Context size has been exceeded");
+  ``-t`` leaves a core to the client.
 - KV cache type: ``-ctk/-ctv`` (``f16``, ``q8_0``, ``q4_0`` …); a quantized V cache needs
   ``-fa on``.  There is no KV memory budget: the context is allocated as asked, so the
   max_model_len probe does not apply.
@@ -14,6 +16,12 @@
   (``-md`` alone loads the draft and does nothing), or ``--spec-type ngram-simple``.
 - Prefix cache: on by default (``cache_prompt``); off with ``--no-cache-prompt --cache-ram 0``.
   No endpoint empties it without ``--slot-save-path``: cold requests use a new prefix.
+- Structured output: ``json_schema`` (llama-server converts it to a grammar that allows up to 20
+  whitespace characters in every gap, with no switch to turn that off: random weights ran out
+  of max_tokens in it, 1 of 70 outputs, so constrained requests get ``structured_slack`` more
+  tokens, enough for every gap's whitespace); regexes use the case's GBNF twin.  (The converter
+  in llama-cpp-python 0.3.36 allows one space, but knows no integer bounds and writes escapes
+  this llama-server cannot parse.)
 - Ready when ``GET /health`` is 200 (503 while loading).  ``--metrics``: ``llamacpp:*``;
   responses carry ``timings`` (prompt_ms, predicted_per_second, draft_n, draft_n_accepted).
 - API key from ``LLAMA_API_KEY`` in the environment (never on the command line).
@@ -62,6 +70,7 @@ def _version(binary: str) -> tuple[str | None, str | None]:
 class Adapter(BaseAdapter):
     name: ClassVar[str] = "llamacpp"
     api_key_env: ClassVar[str | None] = "LLAMA_API_KEY"
+    structured_slack: ClassVar[int] = 512
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.launcher and not Path(cfg.launcher).is_file():
@@ -91,8 +100,9 @@ class Adapter(BaseAdapter):
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
         threads = max(1, (os.cpu_count() or 2) - 1) if cfg.device == "cpu" else (os.cpu_count() or 1)
+        slots = cfg.max_num_seqs or 8
         cmd = [str(find_binary(cfg)), "-m", str(model), "--host", host, "--port", str(port),
-               "-c", str(cfg.max_model_len), "-np", str(cfg.max_num_seqs or 8), "-kvu",
+               "-c", str(cfg.max_model_len * slots), "-np", str(slots),
                "-t", str(threads), "-tb", str(threads), "--metrics", "--no-webui"]
         if cfg.kv_cache_dtype != "auto":
             cmd += ["-ctk", cfg.kv_cache_dtype, "-ctv", cfg.kv_cache_dtype, "-fa", "on"]
