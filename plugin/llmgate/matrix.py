@@ -103,6 +103,10 @@ class Scenarios:
     spec_output_tokens: int = 256
     probe_start: int | None = None        # max_model_len asked for first (default: the model's maximum)
     probe_verify_output_tokens: int = 16
+    # a full-length request that gets no answer within this counts as a length that is not served
+    # (seen on the H200: vLLM booted at its own fp8 estimate, 160,208 tokens, and left the request
+    # waiting at 0% KV usage for minutes)
+    probe_verify_timeout_s: float = 180.0
 
 
 @dataclasses.dataclass(frozen=True)

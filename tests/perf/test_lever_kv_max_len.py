@@ -27,7 +27,8 @@ def test_max_model_len(llmgate_config, llmgate_exclusive, llmgate_settings, gate
 
     result = probe.probe_max_model_len(cfg, session.matrix, session.out_dir / "logs" / f"probe-{cfg.id}",
                                        start=sc.probe_start, output_tokens=sc.probe_verify_output_tokens,
-                                       timeout=st.request_timeout, progress=session.progress, on_verified=measure)
+                                       timeout=min(st.request_timeout, sc.probe_verify_timeout_s),
+                                       progress=session.progress, on_verified=measure)
     session.boots.setdefault(f"{cfg.id} (probe)", []).extend(
         {"boot": i + 1, "engine": cfg.engine, "startup_s": a.startup_s, "version": result.engine_version,
          "log": f"max_model_len={a.max_model_len}: {'served' if a.served else 'failed'}"}
