@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -63,6 +64,10 @@ def _ttft(verdicts: list[dict[str, Any]]):
         if base:
             _ecdf(ax, base, color=c, linestyle="--", label=f"{label}: baseline (n={len(base)})")
     ax.set_xscale("log")
+    plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.set_xlabel("time to first token per request (ms, log scale)")
     ax.set_ylabel("share of requests (cumulative)")
     ax.set_title("TTFT distribution: baseline (dashed) vs now (solid)")
