@@ -118,3 +118,31 @@ def test_chat_deltas(server):
                               (0, b"data: [DONE]\n\n")])
     s = run(server, "/chat")
     assert s.ok and s.text == "hi there" and s.completion_tokens == 2 and s.chunk_tokens is None
+
+
+def test_several_client_processes_keep_request_order_and_count_everything(server, monkeypatch):
+    from llmgate import load
+
+    class Handle:            # what load.run needs of a server handle
+        base_url = server
+
+        def check_alive(self):
+            pass
+
+        def auth_headers(self):
+            return {}
+
+    for n in range(6):
+        SCRIPTS[f"/w{n}"] = (200, [(0.02, event(chunk("a" * (n + 1), n + 1))), (0, b"data: [DONE]\n\n")])
+    SCRIPTS["/w-bad"] = (500, [(0, b'{"error": "no"}')])
+    reqs = [load.Request({"prompt": "x", "max_tokens": 3}, f"/w{n}") for n in range(6)]
+    reqs.insert(3, load.Request({"prompt": "x"}, "/w-bad"))
+    res = load.run(Handle(), reqs, concurrency=4, timeout=10, workers=2)
+    assert len(load.client_pids()) >= 2
+    assert [s.text for s in res.samples] == ["a", "aa", "aaa", "", "aaaa", "aaaaa", "aaaaaa"]
+    assert len(res.failures) == 1 and "HTTP 500" in res.failures[0].error
+    assert res.wall_s >= 0.02 and res.concurrency == 4
+    monkeypatch.setenv("LLMGATE_CLIENT_WORKERS", "3")
+    assert load.client_workers(16) == 3
+    monkeypatch.delenv("LLMGATE_CLIENT_WORKERS")
+    assert load.client_workers(1) == 1
