@@ -21,7 +21,7 @@ from . import metrics, stats
 from .load import PromptMaker, decode_run, fixed_requests, run
 from .matrix import Matrix, ServerConfig
 from .server import Server, ServerHandle
-from .verdict import Verdict, judge
+from .verdict import Verdict, judge, judge_paired
 
 Workload = Callable[[ServerHandle, PromptMaker], dict[str, list[float]]]
 
@@ -102,14 +102,17 @@ def run_ab(cfg: ServerConfig, matrix: Matrix, log_dir: Path, sides: tuple[Side, 
 
 
 def judge_ab(result: ABResult, baseline: str, candidate: str, alpha: float,
-             min_effect: Callable[[metrics.Metric, str], float]) -> list[Verdict]:
-    """One verdict per metric key: the candidate's boot medians against the baseline side's."""
+             min_effect: Callable[[metrics.Metric, str], float], paired: bool = False) -> list[Verdict]:
+    """One verdict per metric key: the candidate's boot medians against the baseline side's
+    (Mann–Whitney U), or ``paired`` round by round (Wilcoxon signed-rank on the ratios: a view
+    measured on the same boots as its side, or drift shared by the two boots of a round)."""
     out = []
     for key in result.boots[candidate][0]:
         metric = metrics.get(key)
         a, b = result.boot_medians(baseline, key), result.boot_medians(candidate, key)
-        v = judge(metric, key, result.config_id, b, a, min_effect(metric, key), alpha,
-                  f"side {baseline} of this A/B run")
-        out.append(dataclasses.replace(v, note=f"{len(a)} boots of {baseline} vs {len(b)} of {candidate}, "
-                                               f"order {''.join(result.order)}"))
+        how = judge_paired if paired else judge
+        v = how(metric, key, result.config_id, b, a, min_effect(metric, key), alpha,
+                f"side {baseline} of this A/B run")
+        out.append(dataclasses.replace(v, note=f"{len(a)} boots of {baseline} vs {len(b)} of {candidate}"
+                                               f"{', paired by round' if paired else ''}, order {''.join(result.order)}"))
     return out

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 
 from .metrics import Metric
-from .stats import Summary
+from .stats import Summary, median
 
 REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE = "regressed", "improved", "unchanged", "no baseline"
 REFUSED = "refused: not comparable"
@@ -46,7 +46,8 @@ class Verdict:
         if self.baseline is None:
             return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)" + \
                 (f"; {self.note}" if self.note else "")
-        sig = f"Mann-Whitney p={self.p_value:.3g}" if self.p_value is not None else self.method
+        test = "Wilcoxon (paired)" if self.method.startswith("Wilcoxon") else "Mann-Whitney"
+        sig = f"{test} p={self.p_value:.3g}" if self.p_value is not None else self.method
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
                 f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}{ci}; "
@@ -115,3 +116,45 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
         status = UNCHANGED
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
                    ci=bootstrap_change_ci(baseline, now), samples=tuple(now), baseline_samples=tuple(baseline))
+
+
+def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float],
+                 min_effect: float | None = None, alpha: float = DEFAULT_ALPHA,
+                 baseline_source: str | None = None) -> Verdict:
+    """Like ``judge``, for values that come in pairs (``now[i]`` measured beside ``baseline[i]``:
+    the same boot through two paths, or the two boots of one A/B round), so that what the
+    pairs share (the boot, the machine's drift) cancels.  The change is the median of the
+    per-pair ratios; significance: one-sided Wilcoxon signed-rank test on their logarithms
+    (5 pairs are the fewest that can reach p < 0.05; with fewer the effect size decides)."""
+    if len(now) != len(baseline) or not now:
+        raise ValueError(f"{key}: paired values need equal, non-empty lists ({len(now)} vs {len(baseline)})")
+    eff = metric.min_effect if min_effect is None else min_effect
+    ratios = [n / b for n, b in zip(now, baseline) if b]
+    change = median(ratios) - 1.0 if ratios else 0.0
+    worse = change if metric.better == "lower" else -change
+    p = None
+    if len(ratios) >= 2 and 0.5 ** len(ratios) < alpha:
+        from scipy.stats import wilcoxon
+
+        logs = [math.log(r) for r in ratios if r > 0]
+        if any(logs):
+            p = float(wilcoxon(logs, alternative="greater" if metric.better == "lower" else "less").pvalue)
+        else:
+            p = 1.0
+    method = (f"Wilcoxon signed-rank, {len(ratios)} pairs" if p is not None else
+              f"effect size only ({len(ratios)} pairs cannot reach p<{alpha:g})")
+    if worse > eff and (p is None or p < alpha):
+        status = REGRESSED
+    elif -worse > eff:
+        status = IMPROVED
+    else:
+        status = UNCHANGED
+    ci = None
+    if len(ratios) >= 2:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        boot = np.median(rng.choice(np.asarray(ratios), (2000, len(ratios))), axis=1) - 1.0
+        ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+    return Verdict(metric, key, config_id, Summary.of(now), Summary.of(baseline), status, change, worse, eff, p,
+                   method, baseline_source, ci=ci, samples=tuple(now), baseline_samples=tuple(baseline))

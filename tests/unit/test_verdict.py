@@ -3,7 +3,7 @@
 import pytest
 
 from llmgate import metrics
-from llmgate.verdict import IMPROVED, NO_BASELINE, REGRESSED, UNCHANGED, judge
+from llmgate.verdict import IMPROVED, NO_BASELINE, REGRESSED, UNCHANGED, judge, judge_paired
 
 TOKS = metrics.DECODE_TOK_S      # higher is better
 TTFT = metrics.TTFT_P95          # lower is better
@@ -70,3 +70,20 @@ def test_bootstrap_interval_brackets_the_change_and_is_reproducible():
     assert "95% CI" in v.line()
     noisy = judge(TOKS, "decode_tok_s", "c", [60, 140, 80, 120, 100], [50, 150, 125, 75, 110])
     assert noisy.ci[0] < 0 < noisy.ci[1]          # overlapping samples: the interval spans no change
+
+
+def test_paired_comparison_sees_through_shared_noise():
+    # boots that differ by ±40% from each other, each measured twice: the second path 20% slower
+    boots = [100.0, 160.0, 70.0, 130.0, 95.0]
+    slow = [b * 0.8 for b in boots]
+    unpaired = judge(metrics.DECODE_TOK_S, "decode_tok_s", "c", slow, boots, 0.1)
+    paired = judge_paired(metrics.DECODE_TOK_S, "decode_tok_s", "c", slow, boots, 0.1)
+    assert unpaired.status == UNCHANGED
+    assert paired.status == REGRESSED and abs(paired.change + 0.2) < 1e-9 and paired.p_value < 0.05
+    assert "Wilcoxon (paired) p=" in paired.line()
+    # the same noise without a slowdown: no verdict either way
+    same = judge_paired(metrics.DECODE_TOK_S, "decode_tok_s", "c", [b * f for b, f in zip(boots, (1.02, 0.97, 1.01, 0.99, 1.0))], boots, 0.1)
+    assert same.status == UNCHANGED
+    # four pairs cannot reach p < 0.05: the effect size decides, and the verdict says so
+    four = judge_paired(metrics.DECODE_TOK_S, "decode_tok_s", "c", slow[:4], boots[:4], 0.1)
+    assert four.status == REGRESSED and four.p_value is None and "4 pairs cannot reach" in four.method
