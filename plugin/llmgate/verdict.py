@@ -91,6 +91,16 @@ def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot:
     return float(lo), float(hi)
 
 
+def _status(worse: float, min_effect: float, significant: bool) -> str:
+    """Regressed: moved the worse way by more than the minimum effect, significantly; improved:
+    moved the better way by more than it; else unchanged."""
+    if worse > min_effect and significant:
+        return REGRESSED
+    if -worse > min_effect:
+        return IMPROVED
+    return UNCHANGED
+
+
 def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float] | None,
           min_effect: float | None = None, alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None) -> Verdict:
     """Regressed only if the median moved the worse way by more than ``min_effect`` AND the
@@ -107,13 +117,7 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     p = mann_whitney_worse(metric, baseline, now, alpha)
     method = ("Mann-Whitney U" if p is not None else
               f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
-    significant = p is None or p < alpha
-    if worse > eff and significant:
-        status = REGRESSED
-    elif -worse > eff:
-        status = IMPROVED
-    else:
-        status = UNCHANGED
+    status = _status(worse, eff, p is None or p < alpha)
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
                    ci=bootstrap_change_ci(baseline, now), samples=tuple(now), baseline_samples=tuple(baseline))
 
@@ -143,12 +147,7 @@ def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float],
             p = 1.0
     method = (f"Wilcoxon signed-rank, {len(ratios)} pairs" if p is not None else
               f"effect size only ({len(ratios)} pairs cannot reach p<{alpha:g})")
-    if worse > eff and (p is None or p < alpha):
-        status = REGRESSED
-    elif -worse > eff:
-        status = IMPROVED
-    else:
-        status = UNCHANGED
+    status = _status(worse, eff, p is None or p < alpha)
     ci = None
     if len(ratios) >= 2:
         import numpy as np
