@@ -2,9 +2,11 @@
 the gate detects a regression it was not told about.
 
 Streamed responses (server-sent events) are forwarded event by event: a reader task
-timestamps each event as it arrives, and the n-th token-carrying event is passed on no
-earlier than its arrival plus n × ``delay_s``, as if every decode step of the server took
-``delay_s`` longer (TTFT grows by one delay, TPOT by one delay).  One upstream client is reused for all requests
+timestamps each event as it arrives, and an event that brings the stream to n tokens (its
+``usage.completion_tokens``; else n counts events) is passed on no earlier than its arrival
+plus n × ``delay_s``, as if every decode step of the server took ``delay_s`` longer (TTFT
+grows by one delay, TPOT by one delay), also when a lagging server packs several tokens
+into one event.  One upstream client is reused for all requests
 (creating an httpx client per request costs tens of milliseconds).  Everything else passes through unchanged.  It listens on 127.0.0.1 only.
 
 Faults, for showing that failed requests are counted: ``fail_every=N`` answers every N-th
@@ -15,6 +17,7 @@ every N-th streamed response with a line that is not JSON.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -104,7 +107,7 @@ class DelayProxy:
                     while (item := await events.get()) is not None:
                         arrived, line = item
                         if line.startswith("data:") and "[DONE]" not in line and '"choices":[]' not in line.replace(" ", ""):
-                            n += 1
+                            n = _tokens_so_far(line) or n + 1
                             if corrupt and n == 2:
                                 line = "data: {this is not json"
                             wait = arrived + n * self.delay_s - time.perf_counter()
@@ -124,3 +127,12 @@ class DelayProxy:
         if data:
             writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             await writer.drain()
+
+
+def _tokens_so_far(line: str) -> int:
+    """``usage.completion_tokens`` of an event (vLLM's continuous usage stats), or 0."""
+    try:
+        usage = json.loads(line[5:]).get("usage") or {}
+        return int(usage.get("completion_tokens") or 0)
+    except (ValueError, AttributeError, TypeError):
+        return 0
