@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from . import metrics, stats
 from .load import PromptMaker, decode_run, fixed_requests, run

@@ -7,9 +7,7 @@ load → samples → stats → verdict → report (and baseline for storage).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 

@@ -2,7 +2,6 @@
 baseline storage and the compare verdict (without an engine; see test_gate_vllm.py for the real one)."""
 
 import json
-import textwrap
 
 import pytest
 
