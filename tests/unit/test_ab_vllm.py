@@ -2,7 +2,7 @@
 
 - A/A: the same engine environment on both sides gives no regression;
 - injected regression: the B boots measured a second time through a loopback proxy that
-  delays every decode step by 2 ms (15–45% slower decode here) are caught, paired boot by boot
+  delays every decode step by 3 ms (20–50% slower decode here) are caught, paired boot by boot
   with their direct measurement.
 
 One A/B run covers both: sides A and B (the same interpreter), boots alternating
@@ -34,7 +34,7 @@ max_model_len = 1024
 kv_cache_bytes = 200_000_000
 """
 MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s@c4": 0.10, "ttft_p95@c4": 0.25}
-DELAY_S = 0.002     # added to every decode step (5–12 ms here): decode tok/s falls by ~15–45%
+DELAY_S = 0.003     # added to every decode step (5–12 ms here): decode tok/s falls by ~20–50%
 
 
 def through_proxy(handle):
@@ -63,6 +63,6 @@ def test_aa_passes_and_injected_slowdown_is_caught(tmp_path):
     assert not any(v.failed for v in aa.values()), report
     slow = injected["decode_tok_s"]
     assert slow.failed, report
-    assert -0.6 < slow.change < -0.1, report             # about the injected slowdown, not something else
+    assert -0.7 < slow.change < -0.1, report             # about the injected slowdown, not something else
     assert slow.now.n == slow.baseline.n == 5 and slow.method.startswith("Wilcoxon")
     assert aa["decode_tok_s"].metric is metrics.DECODE_TOK_S
