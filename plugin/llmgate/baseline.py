@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,12 @@ def fingerprint(config: dict[str, Any] | None, model_hash: str | None, device: d
     """What a stored result is keyed by: device, model content, full configuration, engine build."""
     dev = {k: device.get(k) for k in ("cpu", "gpus", "driver") if device.get(k) is not None}
     if dev.get("gpus"):
-        dev["gpus"] = [g.get("name") for g in dev["gpus"]]
+        names = [g.get("name") for g in dev["gpus"]]
+        if config and config.get("device") == "gpu":
+            # the GPUs its server uses (the first tensor_parallel visible ones), not all the host has:
+            # a one-GPU entry on an 8-GPU host, or on one xdist worker's GPU, compares with a one-GPU baseline
+            names = names[:max(1, int(config.get("tensor_parallel") or 1))]
+        dev["gpus"] = names
     cfg = {k: v for k, v in (config or {}).items() if k not in NOT_FINGERPRINTED}
     eng = {k: (engine or {}).get(k) for k in ("engine", "version", "commit")}
     return {"device": dev, "model_hash": model_hash, "config": cfg, "engine": eng}
@@ -73,6 +79,55 @@ def benchmark_session(config: pytest.Config):
     return getattr(config, "_benchmarksession", None)
 
 
+def node_key(item: pytest.Item) -> str:
+    """The test's id in stored baselines: its node id without the ``@group`` that pytest-xdist's
+    ``--dist loadgroup`` appends, so that runs with and without xdist compare with each other."""
+    nodeid = item.nodeid
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        nodeid = nodeid.removesuffix(f"@{group}")
+    return nodeid
+
+
+def enable_on_xdist_worker(config: pytest.Config, worker: str) -> None:
+    """pytest-benchmark turns itself off under pytest-xdist, as its timings would share the CPU.
+    llmgate's measurements time servers on the GPUs of each worker, so a worker keeps storing and
+    comparing: it saves as NAME-gwN (one file per worker, NNNN_NAME-gwN.json)."""
+    bs = benchmark_session(config)
+    if bs is None or config.getoption("benchmark_disable") or bs.skip or not bs.xdist_warning:
+        return
+    bs.disabled = bs.xdist_warning = False
+    if bs.save:
+        bs.save = f"{bs.save}-{worker}"
+    if bs.autosave:
+        bs.autosave = f"{bs.autosave}-{worker}"
+
+
+WORKER_FILE = re.compile(r"^\d{4}_(.+)-gw\d+$")
+
+
+def widen_compare_to_workers(config: pytest.Config) -> list[str]:
+    """A compared file saved by one xdist worker (NNNN_NAME-gwN.json) holds that worker's
+    entries only: compare with every worker's file of that NAME (the newest wins per test).
+    Returns the files then compared."""
+    bs = benchmark_session(config)
+    if bs is None or not bs.compare or not bs.compared_mapping:
+        return []
+    names = {m.group(1) for p in bs.compared_mapping if (m := WORKER_FILE.match(Path(str(p)).stem))}
+    if not names:
+        return []
+    wanted = [f"*_{n}-gw" for n in sorted(names)]
+    mapping: dict[Any, dict[str, Any]] = {}
+    for path, data in bs.storage.load(*wanted):
+        mapping[path] = {b["fullname"]: b for b in data["benchmarks"]}
+    for path, m in bs.compared_mapping.items():       # the files asked for stay, and stay newest
+        mapping.pop(path, None)
+        mapping[path] = m
+    bs.compared_mapping = mapping
+    return [str(p) for p in mapping]
+
+
 def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extra: dict[str, Any]):
     """Add one metric of ``item`` to pytest-benchmark's results; returns the entry (None when
     benchmarks are disabled)."""
@@ -84,7 +139,7 @@ def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extr
     fx = BenchmarkFixture(item, add_stats=bs.benchmarks.append, logger=bs.logger, warner=item.warn,
                           disabled=bs.disabled, **bs.options)
     fx.name = f"{item.name}::{key}"
-    fx.fullname = f"{item.nodeid}::{key}"
+    fx.fullname = f"{node_key(item)}::{key}"
     fx.group = f"{metric.label} [{metric.unit}; stored as {'1/x' if metric.better == 'higher' else 'x'}]"
     fx.extra_info = {EXTRA_KEY: {"schema": SCHEMA_VERSION, "metric": metric.name, "key": key, "unit": metric.unit,
                                  "better": metric.better, "values": list(values), **extra}}

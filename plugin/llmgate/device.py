@@ -50,13 +50,49 @@ def _cpu_flags() -> list[str]:
     return []
 
 
+def parse_visible(value: str | None, count: int) -> list[int]:
+    """NVML indices of the GPUs that ``CUDA_VISIBLE_DEVICES=value`` leaves visible, in CUDA's
+    order, out of ``count`` (numeric indices only; an id that is not a number, or out of range,
+    ends the list there, as CUDA does)."""
+    if value is None:
+        return list(range(count))
+    out: list[int] = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) >= count or int(part) in out:
+            break
+        out.append(int(part))
+    return out
+
+
+def visible_gpus() -> list[int]:
+    """NVML indices of the GPUs this process and the servers it starts may use."""
+    if why_no_gpu():
+        return []
+    import pynvml
+
+    return parse_visible(os.environ.get("CUDA_VISIBLE_DEVICES"), pynvml.nvmlDeviceGetCount())
+
+
+def worker_share(visible: list[int], worker: int, workers: int) -> list[int]:
+    """The GPUs of pytest-xdist worker ``worker`` (0-based) of ``workers``: the visible GPUs
+    split into equal consecutive shares (4 GPUs, 2 workers → [0, 1] and [2, 3])."""
+    if workers < 1 or not 0 <= worker < workers:
+        raise ValueError(f"worker {worker} of {workers}")
+    if workers > len(visible):
+        raise ValueError(f"{workers} workers but {len(visible)} GPU(s) visible: one worker per GPU at most")
+    per = len(visible) // workers
+    return visible[worker * per:(worker + 1) * per]
+
+
 def gpus() -> list[dict[str, Any]]:
+    """The visible GPUs (``CUDA_VISIBLE_DEVICES`` honoured; ``index`` is NVML's)."""
     if why_no_gpu():
         return []
     import pynvml
 
     out = []
-    for i in range(pynvml.nvmlDeviceGetCount()):
+    for i in visible_gpus():
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
         name = pynvml.nvmlDeviceGetName(h)
         g = {"index": i, "name": name.decode() if isinstance(name, bytes) else name,
@@ -71,9 +107,14 @@ def gpus() -> list[dict[str, Any]]:
     return out
 
 
-@functools.lru_cache(maxsize=1)
 def describe() -> dict[str, Any]:
-    """The device part of every result's provenance (and of baseline fingerprints)."""
+    """The device part of every result's provenance (and of baseline fingerprints): the CPU and
+    the GPUs visible to this process."""
+    return _describe(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@functools.lru_cache(maxsize=4)
+def _describe(visible: str | None) -> dict[str, Any]:
     d: dict[str, Any] = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(),
                          "system": f"{platform.system()} {platform.release()}"}
     g = gpus()
@@ -92,13 +133,18 @@ def describe() -> dict[str, Any]:
 
 
 # -- memory-bandwidth roofline and GPU sampling (nvidia-ml-py) -----------------------------
-def peak_memory_bandwidth(index: int = 0) -> float | None:
-    """Peak DRAM bandwidth of GPU ``index`` in bytes/s: max memory clock × bus width × 2
-    (double data rate), from NVML; None without a GPU or when NVML does not say."""
+def peak_memory_bandwidth(index: int | None = None) -> float | None:
+    """Peak DRAM bandwidth of GPU ``index`` (NVML's; default: the first visible) in bytes/s:
+    max memory clock × bus width × 2 (double data rate); None without a GPU or when NVML does not say."""
     if why_no_gpu():
         return None
     import pynvml
 
+    if index is None:
+        visible = visible_gpus()
+        if not visible:
+            return None
+        index = visible[0]
     try:
         h = pynvml.nvmlDeviceGetHandleByIndex(index)
         clock_hz = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM) * 1e6
@@ -151,20 +197,22 @@ def weight_bytes_per_token(model: Path | str, dtype: str = "auto", quantization:
 
 
 def decode_roofline(model: Path | str, dtype: str, quantization: str | None, decode_tok_s: float,
-                    index: int = 0) -> dict[str, Any] | None:
+                    gpus: int = 1) -> dict[str, Any] | None:
     """Decode speed at batch 1 as a share of the memory-bandwidth roofline: the weights are read
-    once per token, so at most peak bandwidth ÷ weight bytes per token tokens per second."""
+    once per token, so at most peak bandwidth ÷ weight bytes per token tokens per second.  With
+    tensor parallelism over ``gpus`` GPUs each reads its share, so the bandwidths add up."""
     w = weight_bytes_per_token(model, dtype, quantization)
-    bw = peak_memory_bandwidth(index)
+    bw = peak_memory_bandwidth()
     if not w or not bw:
         return None
+    bw *= max(1, gpus)
     ceiling = bw / w["bytes_per_token"]
-    return {**w, "peak_bandwidth_bytes_s": bw, "roofline_tok_s": ceiling, "decode_tok_s": decode_tok_s,
-            "efficiency": decode_tok_s / ceiling}
+    return {**w, "peak_bandwidth_bytes_s": bw, "gpus": max(1, gpus), "roofline_tok_s": ceiling,
+            "decode_tok_s": decode_tok_s, "efficiency": decode_tok_s / ceiling}
 
 
 class GpuSampler:
-    """Memory used and utilisation of every GPU, sampled in a thread while a scenario runs
+    """Memory used and utilisation of every visible GPU, sampled in a thread while a scenario runs
     (``with GpuSampler() as g: ...; g.summary()``).  Does nothing without a GPU."""
 
     def __init__(self, interval: float = 0.2, enabled: bool = True):
@@ -172,14 +220,15 @@ class GpuSampler:
 
         self.interval = interval
         self.enabled = enabled and why_no_gpu() is None
-        self.samples: list[tuple[int, int, int]] = []    # (gpu index, memory used bytes, utilisation %)
+        self.samples: list[tuple[int, int, int]] = []    # (NVML index, memory used bytes, utilisation %)
+        self.indices = visible_gpus() if self.enabled else []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="llmgate-gpu-sampler")
 
     def _sample(self) -> None:
         import pynvml
 
-        for i in range(pynvml.nvmlDeviceGetCount()):
+        for i in self.indices:
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             try:
                 used = pynvml.nvmlDeviceGetMemoryInfo(h).used

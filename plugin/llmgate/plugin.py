@@ -7,7 +7,9 @@ load → samples → stats → verdict → report (and baseline for storage).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,13 +154,90 @@ def pytest_configure(config: pytest.Config) -> None:
             baseline_store.validate_storage(Path(storage[len("file://"):]))
         except baseline_store.BaselineError as e:
             raise pytest.UsageError(str(e)) from None
+    _xdist_configure(config)
     config.stash[SESSION_KEY] = GateSession(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     bs = baseline_store.benchmark_session(session.config)
     if bs is not None:
+        worker = xdist_worker(session.config)
+        if worker:
+            baseline_store.enable_on_xdist_worker(session.config, worker)
+        widened = baseline_store.widen_compare_to_workers(session.config)
+        if widened and not worker:
+            say(session.config, "llmgate: comparing with every xdist worker's file of that run: " + ", ".join(widened))
         baseline_store.make_save_atomic(bs.storage)
+
+
+# -- pytest-xdist: one worker per GPU share --------------------------------------------------
+def xdist_worker(config: pytest.Config) -> str | None:
+    """This process's pytest-xdist worker id (gw0, gw1 …); None in the controller or without xdist."""
+    wi = getattr(config, "workerinput", None)
+    return wi.get("workerid") if wi else None
+
+
+def xdist_workers(config: pytest.Config) -> int:
+    """How many workers this controller starts (0: not distributing)."""
+    if getattr(config, "workerinput", None) is not None or getattr(config.option, "dist", "no") == "no":
+        return 0
+    return len(getattr(config.option, "tx", None) or [])
+
+
+def _xdist_configure(config: pytest.Config) -> None:
+    """Controller: there must be a GPU share for every worker.  Worker: pin its GPUs
+    (CUDA_VISIBLE_DEVICES, inherited by the servers it starts)."""
+    workers = xdist_workers(config)
+    if workers:
+        visible = device.visible_gpus()
+        if visible and workers > len(visible):
+            raise pytest.UsageError(f"llmgate gives each pytest-xdist worker its own GPU(s): -n {workers} but "
+                                    f"{len(visible)} GPU(s) visible; use -n {len(visible)} or fewer (or "
+                                    f"CUDA_VISIBLE_DEVICES= to run CPU entries only)")
+    wi = getattr(config, "workerinput", None)
+    if wi is not None and wi.get("llmgate_gpus") is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = wi["llmgate_gpus"]
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"      # CUDA's numbering = NVML's
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """(controller, pytest-xdist) What a worker needs before it configures: its GPU share."""
+    config = node.config
+    visible = device.visible_gpus()
+    if visible:
+        n = max(1, xdist_workers(config))
+        k = int(str(node.gateway.id).removeprefix("gw") or 0) % n
+        node.workerinput["llmgate_gpus"] = ",".join(str(i) for i in device.worker_share(visible, k, n))
+
+
+def entry_scope(nodeid: str, entry_ids: list[str]) -> str:
+    """The matrix entry a test id belongs to (its ``[...]`` holds the entry id, alone or joined
+    to other parameters' ids by ``-``); the test id itself for tests of no entry."""
+    if not nodeid.endswith("]") or "[" not in nodeid:
+        return nodeid
+    params = nodeid[nodeid.index("[") + 1:-1]
+    for cid in sorted(entry_ids, key=len, reverse=True):
+        if params == cid or params.startswith(cid + "-") or params.endswith("-" + cid) or f"-{cid}-" in params:
+            return "llmgate-entry:" + cid
+    return nodeid
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """(controller, pytest-xdist) Every test of one matrix entry goes to the same worker, in
+    order, so each server boots once; the entries spread over the workers (one per GPU share)."""
+    try:
+        ids = [e.id for e in config.stash[SESSION_KEY].matrix.entries]
+    except (MatrixError, KeyError):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EntryScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return entry_scope(nodeid, ids)
+
+    return EntryScheduling(config, log)
 
 
 # -- session state -------------------------------------------------------------------------
@@ -170,6 +249,9 @@ class GateSession:
         self.settings = Settings.from_config(config)
         out = config.getoption("llmgate_out") or ".llmgate"
         self.out_dir = (config.rootpath / out) if not Path(out).is_absolute() else Path(out)
+        self.worker = xdist_worker(config)
+        if self.worker:
+            self.out_dir = self.out_dir / self.worker     # the controller merges the workers' reports
         self._matrix: Matrix | None = None
         self._matrix_error: str | None = None
         self.servers: dict[str, Server] = {}
@@ -182,6 +264,9 @@ class GateSession:
         self.notes: list[str] = []
         self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
         self.report_files: list[Path] = []
+        self.started = time.time()
+        self.worker_boots: dict[str, list[dict[str, Any]]] = {}     # pytest-xdist controller: the workers'
+        self.worker_verdicts: list[dict[str, Any]] = []
 
     @property
     def matrix(self) -> Matrix:
@@ -380,7 +465,7 @@ class Gate:
         if raw is not None:
             extra["raw"] = raw
         self.stored.append(baseline_store.store(self.item, metric, key, values, extra))
-        base = baseline_store.baseline(self.item.config, self.item.nodeid, key)
+        base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key)
         base_values = baseline_store.baseline_values(base[1]) if base else None
         notes, refused = [], []
         if base is not None:
@@ -456,7 +541,7 @@ class Gate:
     def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
         """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
         key = metric.name + (f"@{variant}" if variant else "")
-        base = baseline_store.baseline(self.item.config, self.item.nodeid, key)
+        base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key)
         if base is None:
             return None
         info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
@@ -517,6 +602,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         lever = item.get_closest_marker("lever")
         callspec = getattr(item, "callspec", None)
         cfg = callspec.params.get("llmgate_config") if callspec else None
+        if cfg is not None and cfg.device == "gpu" and cfg.tensor_parallel > 1 and not device.why_no_gpu():
+            have = len(device.visible_gpus())
+            if have < cfg.tensor_parallel:
+                worker = xdist_worker(item.config)
+                item.add_marker(pytest.mark.skip(reason=(
+                    f"{cfg.id}: tensor_parallel = {cfg.tensor_parallel} needs {cfg.tensor_parallel} GPUs, "
+                    + (f"pytest-xdist worker {worker} has {have} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}): "
+                       f"run tensor-parallel entries without -n, or with fewer workers" if worker else
+                       f"{have} visible"))))
         if lever is not None and cfg is not None:
             if lever.args[0] not in cfg.levers:
                 item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this "
@@ -657,13 +751,32 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     for cid in list(gs.servers):
         gs.shutdown(cid)
+    argv = list(session.config.invocation_params.args)
     if gs.verdicts or gs.boots:
         gs.out_dir.mkdir(parents=True, exist_ok=True)
         gs.summary = summary = report.build(
             device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
             verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
-            argv=list(session.config.invocation_params.args), exit_status=int(session.exitstatus))
-        gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+            argv=argv, exit_status=int(session.exitstatus))
+        summary["worker"] = gs.worker
+        gs.report_files = report.write_all(summary, gs.out_dir,
+                                           None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
+    elif xdist_workers(session.config):
+        # the controller: the workers wrote their reports under out/gwN/ before they finished
+        parts = []
+        for f in sorted(gs.out_dir.glob("gw*/report.json")):
+            if f.stat().st_mtime < gs.started:
+                continue                                    # left by an earlier session
+            try:
+                parts.append(json.loads(f.read_text(encoding="utf-8")))
+            except (OSError, ValueError) as e:
+                gs.notes.append(f"could not read the worker report {f}: {e}")
+        if parts:
+            gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+            gs.worker_boots = summary["boots"]
+            gs.worker_verdicts = summary["verdicts"]
+            gs.notes = summary["notes"] + gs.notes
+            gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -678,17 +791,21 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config):
 
 def _write_summary(terminalreporter, config: pytest.Config) -> None:
     gs = config.stash.get(SESSION_KEY, None)
-    if gs is None or not (gs.verdicts or gs.boots):
+    if gs is None:
+        return
+    boots = gs.boots or gs.worker_boots                     # the workers' under pytest-xdist
+    verdicts: list[Any] = list(gs.verdicts) or list(gs.worker_verdicts)
+    if not (verdicts or boots):
         return
     tr = terminalreporter
     tr.section("llmgate")
-    if gs.boots:
-        total = sum(len(v) for v in gs.boots.values())
-        tr.write_line(f"boots this session: {total} ({len(gs.boots)} configuration(s))")
-        tr.write_line(report.boot_table(gs.boots))
-    if gs.verdicts:
+    if boots:
+        total = sum(len(v) for v in boots.values())
+        tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")
+        tr.write_line(report.boot_table(boots))
+    if verdicts:
         tr.write_line("")
-        tr.write_line(report.verdict_table(gs.verdicts))
+        tr.write_line(report.verdict_table(verdicts))
         if gs.notes:
             tr.write_line("")
             tr.write_line("notes:")
@@ -704,11 +821,15 @@ def _write_summary(terminalreporter, config: pytest.Config) -> None:
             except (FileNotFoundError, ValueError) as e:
                 tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
         regressed = [v for v in gs.verdicts if v.failed]
+        regressed_elsewhere = [v for v in gs.worker_verdicts if v["status"] == REGRESSED]
         if gs.report_files:
             tr.write_line("")
             tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
-        if regressed:
+        if regressed or regressed_elsewhere:
             tr.write_line("")
-            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
+            tr.write_line(f"{len(regressed) + len(regressed_elsewhere)} regression(s):", red=True, bold=True)
             for v in regressed:
                 tr.write_line("  " + v.line(), red=True)
+            for v in regressed_elsewhere:
+                tr.write_line(f"  {v['config']} {v['key']}: {v['change']:+.1%} (p = {v['p_value']}) {v['note'] or ''}",
+                              red=True)

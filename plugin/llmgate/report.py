@@ -16,22 +16,28 @@ from tabulate import tabulate
 from .verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
-def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
+def verdict_rows(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[list[str]]:
+    """Table rows of verdicts, given as objects or as the report's verdict dicts."""
+    from . import metrics as metrics_mod
+
     rows = []
-    for v in sorted(verdicts, key=lambda v: (v.config_id, v.test, v.key)):
-        m = v.metric
-        spread = f"{m.display(v.now.min)} – {m.display(v.now.max)}" if v.now.n > 1 else ""
+    ds = [v if isinstance(v, dict) else _verdict_dict(v, lambda _: None, {}) for v in verdicts]
+    for v in sorted(ds, key=lambda v: (v["config"], v["test"], v["key"])):
+        m = metrics_mod.get(v["key"])
+        now, base = v["now"], v["baseline"]
+        spread = f"{m.display(now['min'])} – {m.display(now['max'])}" if now["n"] > 1 else ""
         rows.append([
-            v.config_id, v.test.removeprefix("test_"), f"{m.label}" + (f" @{v.key.split('@', 1)[1]}" if "@" in v.key else ""),
-            m.display(v.now.median), spread, str(v.now.n),
-            m.display(v.baseline.median) if v.baseline else "—",
-            f"{v.change:+.1%}" if v.change is not None else "—",
-            v.status,
+            v["config"], v["test"].removeprefix("test_"),
+            f"{m.label}" + (f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""),
+            m.display(now["median"]), spread, str(now["n"]),
+            m.display(base["median"]) if base else "—",
+            f"{v['change']:+.1%}" if v["change"] is not None else "—",
+            v["status"],
         ])
     return rows
 
 
-def verdict_table(verdicts: Iterable[Verdict]) -> str:
+def verdict_table(verdicts: Iterable[Verdict | dict[str, Any]]) -> str:
     return tabulate(verdict_rows(verdicts),
                     headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "verdict"],
                     tablefmt="github")
@@ -83,6 +89,37 @@ def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, lis
         "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
         "verdicts": [_verdict_dict(v, configs, raw) for v in verdicts],
         "notes": notes,
+    }
+
+
+def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> dict[str, Any]:
+    """One report from the reports of pytest-xdist workers (each a whole ``llmgate-report/1``):
+    verdicts, boots and notes of all; the device with every worker's GPUs."""
+    verdicts = [v for r in reports for v in r["verdicts"]]
+    counts = Counter(v["status"] for v in verdicts)
+    boots: dict[str, list[dict]] = {}
+    gpus: dict[int, dict[str, Any]] = {}
+    for r in reports:
+        for cid, bs in r["boots"].items():
+            boots.setdefault(cid, []).extend(bs)
+        for g in (r.get("device") or {}).get("gpus") or []:
+            gpus[g["index"]] = g
+    device = dict(reports[0]["device"]) if reports else {}
+    if gpus:
+        device["gpus"] = [gpus[i] for i in sorted(gpus)]
+    return {
+        "schema": REPORT_SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "llmgate_version": _version(),
+        "argv": _redact(argv),
+        "exit_status": exit_status,
+        "device": device,
+        "settings": reports[0]["settings"] if reports else {},
+        "boots": boots,
+        "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
+        "verdicts": verdicts,
+        "notes": [n for r in reports for n in r["notes"]],
+        "workers": [r.get("worker") for r in reports],
     }
 
 

@@ -26,12 +26,12 @@ def test_decode_c1(llmgate_config, llmgate_server, llmgate_prompts, llmgate_sett
     if on_gpu:
         extra["gpu_sampling"] = gpu.summary()
         roof = device.decode_roofline(llmgate_server.model_path, llmgate_config.dtype, llmgate_config.quantization,
-                                      stats.median(tok_s))
+                                      stats.median(tok_s), gpus=llmgate_config.tensor_parallel)
         if roof:
             extra["roofline"] = roof
             gate.note(f"decode {roof['decode_tok_s']:.0f} tok/s = {roof['efficiency']:.1%} of the memory-bandwidth "
                       f"roofline ({roof['roofline_tok_s']:.0f} tok/s: {roof['bytes_per_token'] / 1e9:.2f} GB of "
-                      f"weights per token at {roof['peak_bandwidth_bytes_s'] / 1e12:.2f} TB/s)")
+                      f"weights per token at {roof['peak_bandwidth_bytes_s'] / 1e12:.2f} TB/s over {roof['gpus']} GPU(s))")
         for i, g in extra["gpu_sampling"].items():
             gate.note(f"GPU {i} during decode: memory used {g['memory_used_start'] / 2**30:.1f} GiB at start, peak "
                       f"{g['memory_used_peak'] / 2**30:.1f} GiB; utilisation mean {g['utilization_mean']:.0f}%, "
