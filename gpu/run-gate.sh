@@ -3,9 +3,13 @@
 #
 #   gpu/run-gate.sh [PYTEST ARGS...]          (from the repository root)
 #
-# 1. Engine: sources $LLMGATE_ENGINE_ENV (a file holding the engine's `export ...` line) if set;
-#    else runs the last part's device-install.sh of a carried pack (.gpu-vllmN/, made by
-#    ../shared/gpu/build-pack.sh; it unpacks into /tmp/site-vllm once per machine); else uses
+# 1. Engines: sources $LLMGATE_ENGINE_ENV (a file holding the engine's `export ...` line) if set;
+#    else installs every carried pack (.gpu-vllmN/, .gpu-sglangN/, made by
+#    ../shared/gpu/build-pack.sh; the last part's device-install.sh unpacks it into
+#    /tmp/site-ENGINE once per machine, from the earlier parts stashed in /root/stash-ENGINE or
+#    /root/stash) and puts each behind its own interpreter, /tmp/llmgate-launchers/ENGINE-python,
+#    named by $LLMGATE_VLLM_PYTHON / $LLMGATE_SGLANG_PYTHON: the engines never share a
+#    PYTHONPATH (SGLang pins an older transformers than vLLM), nor share pytest's; else uses
 #    whatever engine this python3 has.
 # 2. llmgate's dependencies: those this python3 (with the engine's PYTHONPATH) lacks are
 #    installed from carried wheels ($LLMGATE_WHEELS, default .gpu-wheels/) into their own
@@ -21,14 +25,34 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 py=${LLMGATE_PYTHON:-python3}
 
+# NVLink multicast stays off on shared multi-GPU hosts, whatever an engine's environment says
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ -n "${LLMGATE_ENGINE_ENV:-}" ]; then
   . "$LLMGATE_ENGINE_ENV"
 else
-  last=$(ls -d .gpu-vllm*/ .gpu-sglang*/ 2>/dev/null | while read -r d; do [ -f "$d/device-install.sh" ] && echo "$d"; done | head -1 || true)
-  if [ -n "$last" ]; then
-    bash "$last/device-install.sh" > /tmp/engine-env.sh
-    . /tmp/engine-env.sh
-  fi
+  launchers=/tmp/llmgate-launchers
+  mkdir -p "$launchers"
+  for last in $(ls -d .gpu-vllm*/ .gpu-sglang*/ 2>/dev/null); do
+    [ -f "$last/device-install.sh" ] || continue
+    engine=$(cat "$last/engine")
+    if [ ! -f "/tmp/site-$engine/$engine/__init__.py" ] && [ -d "/root/stash-$engine" ]; then
+      rm -rf /root/stash && mv "/root/stash-$engine" /root/stash
+    fi
+    bash "$last/device-install.sh" > "$launchers/$engine.env"
+    { echo '#!/bin/sh'; echo 'unset PYTHONPATH'; cat "$launchers/$engine.env"
+      echo 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1'
+      echo "exec $(command -v "$py") \"\$@\""; } > "$launchers/$engine-python"
+    chmod +x "$launchers/$engine-python"
+  done
+  # launchers made by an earlier call on this machine stay usable without carrying the packs again
+  for launcher in "$launchers"/*-python; do
+    [ -x "$launcher" ] || continue
+    engine=$(basename "$launcher" -python)
+    var=LLMGATE_$(echo "$engine" | tr a-z A-Z)_PYTHON
+    export "$var=$launcher"
+    echo "$engine: $launcher (\$$var)"
+  done
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 fi
 export PYTHONUNBUFFERED=1
 
@@ -52,13 +76,19 @@ fi
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.memory --format=csv,noheader || true
 "$py" - <<'PY'
 import importlib.metadata as m
-for d in ("vllm", "sglang", "torch", "transformers", "pytest", "pytest-benchmark", "nvidia-ml-py"):
+for d in ("torch", "transformers", "pytest", "pytest-benchmark", "pytest-xdist", "nvidia-ml-py"):
     try:
         print(f"{d} {m.version(d)}")
     except m.PackageNotFoundError:
         pass
 PY
 
+for v in LLMGATE_VLLM_PYTHON LLMGATE_SGLANG_PYTHON; do
+  [ -n "${!v:-}" ] && { "${!v}" -c "import importlib.metadata as m
+for d in ('vllm', 'sglang', 'transformers'):
+    try: print('$v:', d, m.version(d))
+    except m.PackageNotFoundError: pass" || true; }
+done
 cmd=("$py" -m pytest "${plugin[@]}" -m gpu --llmgate-matrix "$matrix" "$@")
 echo "+ ${cmd[*]}"
 if [ -n "${LLMGATE_DEADLINE_S:-}" ]; then

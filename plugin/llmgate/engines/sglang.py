@@ -1,5 +1,6 @@
 """SGLang: ``python -m sglang.launch_server --model-path MODEL``.
 
+- Interpreter: the entry's ``launcher``, else ``$LLMGATE_SGLANG_PYTHON``, else this Python.
 - GPU only (its kernels have no CPU build on PyPI): ``--mem-fraction-static`` is the KV
   budget (from ``gpu_memory_utilization``), ``--context-length`` the max_model_len,
   ``--kv-cache-dtype`` (``fp8`` is taken as ``fp8_e4m3``), ``--disable-radix-cache`` turns the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -39,7 +41,9 @@ SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "nextn"
 
 
 def python(cfg: ServerConfig) -> str:
-    return cfg.launcher or sys.executable
+    """The interpreter that runs SGLang: the entry's ``launcher``, else ``$LLMGATE_SGLANG_PYTHON``
+    (SGLang pins its own transformers, so it often lives apart from the gate), else this Python."""
+    return cfg.launcher or os.environ.get("LLMGATE_SGLANG_PYTHON") or sys.executable
 
 
 class Adapter(BaseAdapter):
@@ -48,10 +52,13 @@ class Adapter(BaseAdapter):
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.device != "gpu":
             return f"SGLang runs on GPUs only (entry has device = {cfg.device!r}); {INSTALL_HINT}"
-        if cfg.launcher:
-            probe = subprocess.run([cfg.launcher, "-c", "import importlib.util as u, sys; "
+        py = python(cfg)
+        if py != sys.executable:
+            if not Path(py).is_file():
+                return f"launcher {py!r} does not exist (a Python interpreter with SGLang installed)"
+            probe = subprocess.run([py, "-c", "import importlib.util as u, sys; "
                                     "sys.exit(u.find_spec('sglang') is None)"], capture_output=True, timeout=60)
-            return None if probe.returncode == 0 else f"SGLang is not installed in {cfg.launcher} ({INSTALL_HINT})"
+            return None if probe.returncode == 0 else f"SGLang is not installed in {py} ({INSTALL_HINT})"
         return None if importlib.util.find_spec("sglang") else f"SGLang is not installed ({INSTALL_HINT})"
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:

@@ -4,6 +4,7 @@
   eager mode (no torch.compile without triton-cpu), KV cache sized with
   ``--kv-cache-memory-bytes``.  GPU: the same command with
   ``--gpu-memory-utilization`` and CUDA graphs.
+- Interpreter: the entry's ``launcher``, else ``$LLMGATE_VLLM_PYTHON``, else this Python.
 - Ready when ``GET /health`` answers 200; ``GET /version`` names the release.
 - Fixed output length: ``ignore_eos``.  Per-chunk token counts:
   ``stream_options.continuous_usage_stats``.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,25 +37,32 @@ INSTALL_HINT = (
 )
 
 
+def launcher(cfg: ServerConfig) -> str | None:
+    """The interpreter that runs vLLM: the entry's ``launcher``, else ``$LLMGATE_VLLM_PYTHON``,
+    else None (this Python)."""
+    return cfg.launcher or os.environ.get("LLMGATE_VLLM_PYTHON") or None
+
+
 class Adapter(BaseAdapter):
     name: ClassVar[str] = "vllm"
     api_key_env: ClassVar[str | None] = "VLLM_API_KEY"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
-        if cfg.launcher:
-            if not Path(cfg.launcher).is_file():
-                return f"launcher {cfg.launcher!r} does not exist (a Python interpreter with vLLM installed)"
-            probe = subprocess.run([cfg.launcher, "-c", "import importlib.util as u, sys; "
+        py = launcher(cfg)
+        if py:
+            if not Path(py).is_file():
+                return f"launcher {py!r} does not exist (a Python interpreter with vLLM installed)"
+            probe = subprocess.run([py, "-c", "import importlib.util as u, sys; "
                                     "sys.exit(u.find_spec('vllm') is None)"], capture_output=True, timeout=60)
             if probe.returncode != 0:
-                return f"vLLM is not installed in {cfg.launcher} ({INSTALL_HINT})"
+                return f"vLLM is not installed in {py} ({INSTALL_HINT})"
             return None
         if importlib.util.find_spec("vllm") is None:
             return f"vLLM is not installed in this Python ({INSTALL_HINT})"
         return None
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
-        cmd = [cfg.launcher or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        cmd = [launcher(cfg) or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(model), "--host", host, "--port", str(port),
                "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len),
                "--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching"]
@@ -92,7 +101,7 @@ class Adapter(BaseAdapter):
 
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         version = http.get(base_url + "/version").json().get("version")
-        dist, commit = _distribution(cfg.launcher if cfg else None)
+        dist, commit = _distribution(launcher(cfg) if cfg else os.environ.get("LLMGATE_VLLM_PYTHON"))
         return EngineInfo("vllm", version, commit, {"distribution": dist} if dist else {})
 
     def stream_fields(self) -> dict[str, Any]:
