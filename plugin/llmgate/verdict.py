@@ -51,7 +51,9 @@ class Verdict:
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
                 f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}{ci}; "
-                f"{self.status} [min effect {self.min_effect:.0%}, {sig}]" + (f"; {self.note}" if self.note else ""))
+                f"{self.status} [min effect {self.min_effect:.0%}"
+                + (f" and {m.display(m.min_abs_effect)}" if m.min_abs_effect else "")
+                + f", {sig}]" + (f"; {self.note}" if self.note else ""))
 
 
 def smallest_p(n1: int, n2: int) -> float:
@@ -91,14 +93,20 @@ def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot:
     return float(lo), float(hi)
 
 
-def _status(worse: float, min_effect: float, significant: bool) -> str:
-    """Regressed: moved the worse way by more than the minimum effect, significantly; improved:
-    moved the better way by more than it; else unchanged."""
-    if worse > min_effect and significant:
+def _status(worse: float, min_effect: float, significant: bool, worse_abs: float = math.inf,
+            min_abs_effect: float = 0.0) -> str:
+    """Regressed: moved the worse way by more than the minimum effect (relative, and in the
+    metric's own unit where it sets ``min_abs_effect``), significantly; improved: moved the
+    better way by more than both; else unchanged."""
+    if worse > min_effect and worse_abs > min_abs_effect and significant:
         return REGRESSED
-    if -worse > min_effect:
+    if -worse > min_effect and -worse_abs > min_abs_effect:
         return IMPROVED
     return UNCHANGED
+
+
+def _worse_abs(metric: Metric, baseline: float, now: float) -> float:
+    return (now - baseline) if metric.better == "lower" else (baseline - now)
 
 
 def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float] | None,
@@ -117,7 +125,8 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     p = mann_whitney_worse(metric, baseline, now, alpha)
     method = ("Mann-Whitney U" if p is not None else
               f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
-    status = _status(worse, eff, p is None or p < alpha)
+    status = _status(worse, eff, p is None or p < alpha, _worse_abs(metric, s_base.median, s_now.median),
+                     metric.min_abs_effect)
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
                    ci=bootstrap_change_ci(baseline, now), samples=tuple(now), baseline_samples=tuple(baseline))
 
@@ -147,7 +156,8 @@ def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float],
             p = 1.0
     method = (f"Wilcoxon signed-rank, {len(ratios)} pairs" if p is not None else
               f"effect size only ({len(ratios)} pairs cannot reach p<{alpha:g})")
-    status = _status(worse, eff, p is None or p < alpha)
+    status = _status(worse, eff, p is None or p < alpha,
+                     median([_worse_abs(metric, b, n) for n, b in zip(now, baseline)]), metric.min_abs_effect)
     ci = None
     if len(ratios) >= 2:
         import numpy as np

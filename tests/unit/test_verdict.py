@@ -87,3 +87,17 @@ def test_paired_comparison_sees_through_shared_noise():
     # four pairs cannot reach p < 0.05: the effect size decides, and the verdict says so
     four = judge_paired(metrics.DECODE_TOK_S, "decode_tok_s", "c", slow[:4], boots[:4], 0.1)
     assert four.status == REGRESSED and four.p_value is None and "4 pairs cannot reach" in four.method
+
+
+def test_a_metric_near_zero_needs_an_absolute_move_too():
+    """Seen in an A/A run on an H200: SGLang's TTFT reduction from 512 cached tokens went
+    5.2% → 1.5% (−72% relative, 3.7 points): noise around zero, not a broken cache."""
+    from llmgate import metrics
+    from llmgate.verdict import REGRESSED, UNCHANGED, judge, judge_paired
+
+    m = metrics.PREFIX_REDUCTION
+    assert judge(m, m.name, "c", [0.015, 0.02, -0.19], [0.052, 0.06, 0.04]).status == UNCHANGED
+    assert judge(m, m.name, "c", [0.01, 0.02, 0.0], [0.45, 0.44, 0.47]).status == REGRESSED
+    assert judge_paired(m, m.name, "c", [0.01, 0.02, 0.0], [0.05, 0.06, 0.04]).status == UNCHANGED
+    v = judge(m, m.name, "c", [0.01, 0.02, 0.0], [0.45, 0.44, 0.47])
+    assert "min effect 10% and 10.0 %" in v.line()
