@@ -101,13 +101,13 @@ def fixed_requests(handle: ServerHandle, prompts: PromptMaker, n: int, prompt_to
             for i in range(n)]
 
 
-STREAMS_PER_WORKER = 8      # concurrent streams one client process carries before another is added
+STREAMS_PER_WORKER = 4      # concurrent streams one client process carries before another is added
 
 
 def client_workers(concurrency: int) -> int:
-    """Client processes for ``concurrency`` streams: one per 8 streams, at most a quarter of the
-    cores (the engine needs the rest; on a 2-core machine: always one).  Seen on an H200 at
-    c=16 (~5,500 tok/s): one process spent 58–79% of a core in httpx's per-event path."""
+    """Client processes for ``concurrency`` streams: one per 4 streams, at most a quarter of the
+    cores (the engine needs the rest; on a 2-core machine: always one).  Seen on H200s: one
+    process spent 58–79% of a core at c=16 (~5,500 tok/s), and 49–58% at c=8 (2,200–2,800 tok/s)."""
     env = os.environ.get("LLMGATE_CLIENT_WORKERS")
     if env:
         return max(1, int(env))

@@ -85,15 +85,21 @@ class MemorySampler(threading.Thread):
         self.pid, self.interval = pid, interval
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
+        self._procs: list[psutil.Process] = []
+        self._tree_age = 0
 
     def tree_rss(self) -> int:
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return 0
+        # the process tree is re-read every 8th sample: finding children scans every process of
+        # the host, which costs the measuring process real CPU on a busy many-core machine
+        if self._tree_age % 8 == 0 or not self._procs:
+            try:
+                root = psutil.Process(self.pid)
+                self._procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return 0
+        self._tree_age += 1
         total = 0
-        for p in procs:
+        for p in self._procs:
             try:
                 total += p.memory_info().rss
             except psutil.Error:
