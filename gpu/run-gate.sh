@@ -10,7 +10,7 @@
 #    /root/stash) and puts each behind its own interpreter, /tmp/llmgate-launchers/ENGINE-python,
 #    named by $LLMGATE_VLLM_PYTHON / $LLMGATE_SGLANG_PYTHON: the engines never share a
 #    PYTHONPATH (SGLang pins an older transformers than vLLM), nor share pytest's; else uses
-#    whatever engine this python3 has.
+#    whatever engine this python3 has.  LLMGATE_INSTALL_ONLY=1: stop after this step.
 # 2. llmgate's dependencies: those this python3 (with the engine's PYTHONPATH) lacks are
 #    installed from carried wheels ($LLMGATE_WHEELS, default .gpu-wheels/) into their own
 #    folder ($LLMGATE_SITE, default /tmp/site-llmgate), after the engine on PYTHONPATH: torch
@@ -55,6 +55,8 @@ else
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 fi
 export PYTHONUNBUFFERED=1
+# install the carried engines now and run later (a call's carry limit may not fit every part with the run)
+[ -n "${LLMGATE_INSTALL_ONLY:-}" ] && exit 0
 
 site=${LLMGATE_SITE:-/tmp/site-llmgate}
 wheels=${LLMGATE_WHEELS:-$root/.gpu-wheels}

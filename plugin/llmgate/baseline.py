@@ -95,9 +95,11 @@ def enable_on_xdist_worker(config: pytest.Config, worker: str) -> None:
     llmgate's measurements time servers on the GPUs of each worker, so a worker keeps storing and
     comparing: it saves as NAME-gwN (one file per worker, NNNN_NAME-gwN.json)."""
     bs = benchmark_session(config)
-    if bs is None or config.getoption("benchmark_disable") or bs.skip or not bs.xdist_warning:
+    if bs is None or config.getoption("benchmark_disable") or bs.skip:
         return
-    bs.disabled = bs.xdist_warning = False
+    bs.disabled = False
+    if hasattr(bs, "xdist_warning"):        # pytest-benchmark >= 5.3 (5.2 only warns, at configure)
+        bs.xdist_warning = False
     if bs.save:
         bs.save = f"{bs.save}-{worker}"
     if bs.autosave:
