@@ -831,5 +831,8 @@ def _write_summary(terminalreporter, config: pytest.Config) -> None:
             for v in regressed:
                 tr.write_line("  " + v.line(), red=True)
             for v in regressed_elsewhere:
-                tr.write_line(f"  {v['config']} {v['key']}: {v['change']:+.1%} (p = {v['p_value']}) {v['note'] or ''}",
+                show = metrics.get(v["key"]).display
+                tr.write_line(f"  {v['config']} {v['key']} ({v['label']}, {v['better']} is better): baseline "
+                              f"{show(v['baseline']['median'])} → now {show(v['now']['median'])}, change "
+                              f"{v['change']:+.1%}; regressed [{v['method']}]" + (f"; {v['note']}" if v['note'] else ""),
                               red=True)

@@ -79,7 +79,7 @@ def test_entries_stay_on_one_worker_and_store_compare_and_report_per_run(pyteste
     r, _ = run(pytester, {**SAME, "second": [35, 36, 34, 35, 36]}, "-n", "2", "--benchmark-compare=0001",
                "--llmgate-no-confirm")
     r.assert_outcomes(passed=3, failed=1)
-    r.stdout.fnmatch_lines(["*1 regression(s)*", "*second*decode_tok_s*-30.0%*"])
+    r.stdout.fnmatch_lines(["*1 regression(s)*", "*second*decode_tok_s*baseline 50.0 tok/s → now 35.0 tok/s, change -30.0%*"])
 
     # without xdist, a bare --benchmark-compare takes every worker file of the newest run
     r, placed = run(pytester, SAME, "--benchmark-compare")
