@@ -76,27 +76,13 @@ def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, lis
           notes: list[str], raw: dict[tuple[str, str, str], dict[str, Any]],
           configs: Callable[[str], dict[str, Any] | None], argv: list[str], exit_status: int) -> dict[str, Any]:
     """Everything a session measured, as one JSON-ready document (schema ``llmgate-report/1``)."""
-    counts = Counter(v.status for v in verdicts)
-    return {
-        "schema": REPORT_SCHEMA,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "llmgate_version": _version(),
-        "argv": _redact(argv),
-        "exit_status": exit_status,
-        "device": device,
-        "settings": settings,
-        "boots": boots,
-        "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
-        "verdicts": [_verdict_dict(v, configs, raw) for v in verdicts],
-        "notes": notes,
-    }
+    return _document(device, settings, boots, [_verdict_dict(v, configs, raw) for v in verdicts], notes, argv,
+                     exit_status)
 
 
 def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> dict[str, Any]:
     """One report from the reports of pytest-xdist workers (each a whole ``llmgate-report/1``):
     verdicts, boots and notes of all; the device with every worker's GPUs."""
-    verdicts = [v for r in reports for v in r["verdicts"]]
-    counts = Counter(v["status"] for v in verdicts)
     boots: dict[str, list[dict]] = {}
     gpus: dict[int, dict[str, Any]] = {}
     for r in reports:
@@ -107,6 +93,16 @@ def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> d
     device = dict(reports[0]["device"]) if reports else {}
     if gpus:
         device["gpus"] = [gpus[i] for i in sorted(gpus)]
+    doc = _document(device, reports[0]["settings"] if reports else {}, boots,
+                    [v for r in reports for v in r["verdicts"]], [n for r in reports for n in r["notes"]], argv,
+                    exit_status)
+    doc["workers"] = [r.get("worker") for r in reports]
+    return doc
+
+
+def _document(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]],
+              verdicts: list[dict[str, Any]], notes: list[str], argv: list[str], exit_status: int) -> dict[str, Any]:
+    counts = Counter(v["status"] for v in verdicts)
     return {
         "schema": REPORT_SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -114,12 +110,11 @@ def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> d
         "argv": _redact(argv),
         "exit_status": exit_status,
         "device": device,
-        "settings": reports[0]["settings"] if reports else {},
+        "settings": settings,
         "boots": boots,
         "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
         "verdicts": verdicts,
-        "notes": [n for r in reports for n in r["notes"]],
-        "workers": [r.get("worker") for r in reports],
+        "notes": notes,
     }
 
 
