@@ -3,7 +3,9 @@
 - A/A: the same engine environment on both sides gives no regression;
 - injected regression: the B boots measured a second time through a loopback proxy that
   delays every decode step by 3 ms (20–50% slower decode here) are caught, paired boot by boot
-  with their direct measurement.
+  with their direct measurement.  The direct and the delayed view of a boot are measured
+  interleaved, repeat by repeat: measured one after the other, one of five rounds once came
+  out reversed in CI (p = 0.0625 with decode −17% in the median).
 
 One A/B run covers both: sides A and B (the same interpreter), boots alternating
 A B A B … (5 rounds: the fewest for which a paired test can reach p < 0.05).
