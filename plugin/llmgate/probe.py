@@ -3,9 +3,13 @@ length, under the configuration's fixed KV memory budget.
 
 Strategy: ask for ``start`` first.  If the boot fails and the engine names an estimated
 maximum (vLLM: "the estimated maximum model length is N"), boot with that estimate and
-verify it with a request of exactly that many tokens; otherwise bisect between the largest
-length known to work and the smallest known to fail, in steps of ``granularity`` tokens.
-Every boot is counted and kept in the result.
+verify it with a request of exactly that many tokens.  If a server boots but does not serve
+its full-length request and its /metrics say how many tokens one request can hold in the KV
+cache (vLLM: its blocks less the one it keeps back), boot with that next: on an H200, vLLM
+0.26.0 booted at its own fp8-KV estimate, 160,208 tokens = the whole KV cache, and left that
+request waiting forever.  Otherwise bisect between the largest length known to work and the
+smallest known to fail, in steps of ``granularity`` tokens.  Every boot is counted and kept
+in the result.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from . import signals
 from .load import PromptMaker, completion, run
 from .matrix import Matrix, ServerConfig
 from .server import BootError, Server, ServerHandle
@@ -98,8 +105,13 @@ def probe_max_model_len(cfg: ServerConfig, matrix: Matrix, log_dir: Path, *, sta
             else:
                 candidate = _bisect(good, bad, granularity)
             continue
+        room = None
         try:
             ok, why = serves_full_length(handle, prompts, candidate, output_tokens, timeout)
+            if not ok:
+                room = request_room(handle)
+                if room is not None:
+                    why += f"; the KV cache holds {room} tokens for one request (engine /metrics)"
             result.attempts.append(Attempt(candidate, True, ok, why, handle.startup_s))
             result.engine_version = handle.engine_info.version
             if ok:
@@ -114,8 +126,22 @@ def probe_max_model_len(cfg: ServerConfig, matrix: Matrix, log_dir: Path, *, sta
             server.stop()
         if ok and (bad is None or result.used_engine_estimate):
             break  # at the model's maximum, or the engine's own estimate verified
+        if room is not None and good < room < candidate:
+            bad = room + 1          # no longer request fits that KV cache
+            candidate = room
+            continue
         candidate = _bisect(good, bad, granularity)
     return result
+
+
+def request_room(handle: ServerHandle) -> int | None:
+    """Tokens one request can hold in the running server's KV cache, as its /metrics say."""
+    try:
+        with httpx.Client(timeout=10.0) as http:
+            return handle.engine.kv_capacity(
+                signals.scrape(http, handle.base_url, handle.engine.metrics_path, handle.auth_headers()))
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def _bisect(good: int, bad: int | None, granularity: int) -> int | None:

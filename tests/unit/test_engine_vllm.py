@@ -61,3 +61,13 @@ def test_diagnose_config_error_from_a_real_log():
 def test_diagnose_ignores_warnings():
     log = "WARNING ... can cause fd limit errors like `OSError: [Errno 24] Too many open files`.\nall fine\n"
     assert vllm.diagnose_boot(log) is None
+
+
+def test_kv_capacity_is_the_blocks_less_the_null_block():
+    from llmgate import signals
+    text = ('# TYPE vllm:cache_config_info gauge\n'
+            'vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="0",num_gpu_blocks="10013",'
+            'prefix_caching_hash_algo="sha256"} 1.0\n')
+    assert vllm.kv_capacity(signals.Scrape.parse(text)) == 160_192
+    assert vllm.kv_capacity(signals.Scrape.parse(text.replace('"10013"', '"None"'))) is None
+    assert vllm.kv_capacity(signals.Scrape.parse("vllm:num_requests_running 0\n")) is None

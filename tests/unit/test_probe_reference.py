@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from llmgate import probe, reference
+from llmgate.matrix import ServerConfig
 
 
 def test_bisect_steps():
@@ -12,6 +13,45 @@ def test_bisect_steps():
     assert probe._bisect(0, 32768, 16) == 16384
     mid = probe._bisect(11520, 16384, 16)
     assert 11520 < mid < 16384 and mid % 16 == 0
+
+
+def test_a_length_left_waiting_is_retried_at_what_one_request_can_hold(monkeypatch, tmp_path):
+    """The search steps for vLLM 0.26.0 on the H200 (fp8 KV at 12 GB): a max_model_len of 160,208,
+    the whole KV cache, booted, but its request waited; /metrics say 10,013 blocks of 16, one of
+    them never given to a request.  The next boot is at 160,192 and nothing longer is tried.
+    (The servers here are stand-ins: no engine on this machine boots at a length it cannot serve;
+    tests/unit/test_probe_vllm.py runs the probe against real vLLM.)"""
+    room, boots = 10_012 * 16, []
+
+    class Handle:
+        startup_s, engine_info = 1.0, type("Info", (), {"version": "0.26.0"})
+        engine = type("Engine", (), {"read_log": staticmethod(lambda text: {"kv_cache_tokens": 160_208})})
+
+        def log_tail(self, n):
+            return ""
+
+    class StandIn:
+        def __init__(self, cfg, matrix, log_dir, boot_number, progress):
+            boots.append(cfg.max_model_len)
+
+        def start(self):
+            return Handle()
+
+        def stop(self):
+            pass
+
+    def serves(handle, prompts, n, output_tokens, timeout):
+        return (n <= room), ("served" if n <= room else "request of %d tokens failed: timed out" % n)
+
+    monkeypatch.setattr(probe, "Server", StandIn)
+    monkeypatch.setattr(probe, "PromptMaker", lambda folder: None)
+    monkeypatch.setattr(probe, "serves_full_length", serves)
+    monkeypatch.setattr(probe, "request_room", lambda handle: room)
+    cfg = ServerConfig(id="h200-12gb-kv-fp8", engine="vllm", model="m", kv_cache_dtype="fp8")
+    matrix = type("M", (), {"tokenizer_folder": staticmethod(lambda c: tmp_path)})
+    result = probe.probe_max_model_len(cfg, matrix, tmp_path, start=160_208)
+    assert boots == [160_208, 160_192] and result.verified_max_model_len == 160_192
+    assert "holds 160192 tokens for one request" in result.attempts[0].reason
 
 
 def test_seed_reference_ships_with_conditions(tmp_path, capsys, monkeypatch):

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import httpx
 
 from ..matrix import ServerConfig
-from ..signals import Delta, SpecAcceptance
+from ..signals import Delta, Scrape, SpecAcceptance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +82,9 @@ class Engine(Protocol):
     def server_ttft(self, delta: Delta) -> float | None:
         """Mean time to first token as the engine measured it between two scrapes; None if not exposed."""
 
+    def kv_capacity(self, scrape: Scrape) -> int | None:
+        """The most tokens one request can hold in the KV cache, from a /metrics reading; None if not exposed."""
+
 
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
     m = None
@@ -142,6 +145,9 @@ class BaseAdapter:
         return None
 
     def server_ttft(self, delta: Delta) -> float | None:
+        return None
+
+    def kv_capacity(self, scrape: Scrape) -> int | None:
         return None
 
     def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:

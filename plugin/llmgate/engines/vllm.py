@@ -11,7 +11,8 @@
 - ``POST /reset_prefix_cache`` (needs ``VLLM_SERVER_DEV_MODE=1``) empties the
   prefix cache; Prometheus series ``vllm:*`` at ``/metrics``.
 - A ``--max-model-len`` larger than the KV budget fails at boot with "the
-  estimated maximum model length is N".
+  estimated maximum model length is N"; ``vllm:cache_config_info`` names the KV blocks and
+  their size, one of which is never given to a request.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 import httpx
 
 from ..matrix import ServerConfig
-from ..signals import Delta, SpecAcceptance
+from ..signals import Delta, Scrape, SpecAcceptance
 from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
 
 INSTALL_HINT = (
@@ -164,6 +165,19 @@ class Adapter(BaseAdapter):
 
     def server_ttft(self, delta: Delta) -> float | None:
         return delta.histogram_mean("vllm:time_to_first_token_seconds")
+
+    def kv_capacity(self, scrape: Scrape) -> int | None:
+        """(blocks − 1) × block size, from the labels of ``vllm:cache_config_info``: vLLM keeps its
+        first KV block back as the null block, so one request holds one block fewer than the "KV
+        cache size" it logs.  A max_model_len equal to that size boots, and its request waits forever."""
+        for labels in scrape.values.get("vllm:cache_config_info") or {}:
+            d = dict(labels)
+            try:
+                blocks, size = int(d["num_gpu_blocks"]), int(d["block_size"])
+            except (KeyError, ValueError):
+                continue
+            return (blocks - 1) * size
+        return None
 
 
 _DIST_PROBE = """
