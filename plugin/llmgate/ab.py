@@ -48,6 +48,9 @@ class ABResult:
     def boot_medians(self, side: str, key: str) -> list[float]:
         return [stats.median(b[key]) for b in self.boots[side] if b.get(key)]
 
+    def repeat_values(self, side: str, key: str) -> list[float]:
+        return [v for b in self.boots[side] for v in b.get(key, [])]
+
 
 def standard_workload(repeats: int, warmup: int, timeout: float, concurrency: int, decode_prompt: int = 64,
                       decode_output: int = 128, conc_prompt: int = 128, conc_output: int = 64) -> Workload:
@@ -120,17 +123,24 @@ def run_ab(cfg: ServerConfig, matrix: Matrix, log_dir: Path, sides: tuple[Side, 
 
 
 def judge_ab(result: ABResult, baseline: str, candidate: str, alpha: float,
-             min_effect: Callable[[metrics.Metric, str], float], paired: bool = False) -> list[Verdict]:
+             min_effect: Callable[[metrics.Metric, str], float], paired: bool = False,
+             by: str = "boot") -> list[Verdict]:
     """One verdict per metric key: the candidate's boot medians against the baseline side's
-    (Mann–Whitney U), or ``paired`` round by round (Wilcoxon signed-rank on the ratios: a view
-    measured on the same boots as its side, or drift shared by the two boots of a round)."""
+    (Mann–Whitney U), or ``paired`` round by round (Wilcoxon signed-rank on the ratios: drift
+    shared by the two boots of a round).  ``by="repeat"`` pairs single repeats instead, for a
+    view measured on the same boots as its side, repeat beside repeat (the workload interleaves
+    them): what the pair shares is then the boot and the moment, and 5 boots of 3 repeats give
+    15 pairs, not 5 that all have to agree."""
     out = []
+    values = result.repeat_values if by == "repeat" else result.boot_medians
     for key in result.boots[candidate][0]:
         metric = metrics.get(key)
-        a, b = result.boot_medians(baseline, key), result.boot_medians(candidate, key)
+        a, b = values(baseline, key), values(candidate, key)
         how = judge_paired if paired else judge
         v = how(metric, key, result.config_id, b, a, min_effect(metric, key), alpha,
                 f"side {baseline} of this A/B run")
-        out.append(dataclasses.replace(v, note=f"{len(a)} boots of {baseline} vs {len(b)} of {candidate}"
-                                               f"{', paired by round' if paired else ''}, order {''.join(result.order)}"))
+        unit = "repeats" if by == "repeat" else "boots"
+        how_paired = f", paired {'repeat by repeat' if by == 'repeat' else 'by round'}" if paired else ""
+        out.append(dataclasses.replace(v, note=f"{len(a)} {unit} of {baseline} vs {len(b)} of {candidate}"
+                                               f"{how_paired}, order {''.join(result.order)}"))
     return out
