@@ -4,6 +4,7 @@ Every function answers sensibly when there is no GPU."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 from pathlib import Path
@@ -105,6 +106,24 @@ def gpus() -> list[dict[str, Any]]:
             pass
         out.append(g)
     return out
+
+
+def memory_fraction(budget_bytes: int, count: int = 1) -> float:
+    """A GPU budget in bytes as the fraction of a card's memory that vLLM's
+    ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` take: ``budget_bytes`` over
+    the total memory (NVML) of the smallest of the first ``count`` visible GPUs (the ones a server
+    with that tensor parallelism uses), rounded down to 6 decimals, so that 12e9 bytes are 12 GB on
+    an H200 and on an RTX 4070 alike.  ValueError, with the reason, when there is no GPU to read or
+    the budget is more than the card has."""
+    found = gpus()[:max(1, count)]
+    if not found:
+        raise ValueError(f"gpu_memory_bytes = {budget_bytes / 1e9:.2f} GB needs the GPU's total memory: "
+                         f"{why_no_gpu() or 'no visible GPU'}")
+    small = min(found, key=lambda g: g["memory_total"])
+    if budget_bytes > small["memory_total"]:
+        raise ValueError(f"gpu_memory_bytes = {budget_bytes / 1e9:.2f} GB is more than GPU {small['index']} "
+                         f"({small['name']}) has: {small['memory_total'] / 1e9:.2f} GB")
+    return math.floor(budget_bytes / small["memory_total"] * 1e6) / 1e6
 
 
 def describe() -> dict[str, Any]:

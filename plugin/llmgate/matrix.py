@@ -21,6 +21,7 @@ Every problem is reported as one line naming the file, the entry and the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -57,6 +58,7 @@ class ServerConfig:
     max_model_len: int = 2048
     kv_cache_bytes: int | None = None
     gpu_memory_utilization: float | None = None
+    gpu_memory_bytes: int | None = None   # a GPU budget in bytes: the same on any card (a fraction of its memory at boot)
     max_num_seqs: int | None = None
     tensor_parallel: int = 1
     load_format: str | None = None
@@ -122,17 +124,23 @@ class Matrix:
                 return e
         raise KeyError(id_)
 
-    def resolve_model(self, ref: str) -> Path:
-        """A model reference → a local folder or file (building a tiny model when needed)."""
+    def resolve_model(self, ref: str, load_format: str | None = None) -> Path:
+        """A model reference → a local folder or file (building a tiny model when needed).  With
+        ``load_format = "dummy"`` (the engine draws random weights) a model from ``[models]`` is
+        made config-only: config.json and the tokenizer, no weights file, however large its shape."""
         if ref in self.models:
-            return tinymodel.build(spec=self.models[ref], name=ref)
+            return tinymodel.build(spec=self.models[ref], name=ref, config_only=load_format == "dummy")
         return Path(ref)
+
+    def entry_model(self, cfg: ServerConfig) -> Path:
+        """The model folder (or file) an entry's server is started with."""
+        return self.resolve_model(cfg.model, cfg.load_format)
 
     def tokenizer_folder(self, cfg: ServerConfig) -> Path:
         """Where the entry's tokenizer.json is (for exact-length prompts): ``tokenizer``, else the model folder."""
         if cfg.tokenizer:
             return self.resolve_model(cfg.tokenizer)
-        model = self.resolve_model(cfg.model)
+        model = self.entry_model(cfg)
         return model if model.is_dir() else model.parent
 
 
@@ -145,7 +153,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "engine": (str,), "model": (str,), "device": (str,), "dtype": (str,),
     "quantization": (str, _NONE), "kv_cache_dtype": (str,), "speculative": (dict, _NONE),
     "prefix_caching": (bool,), "max_model_len": (int,), "kv_cache_bytes": (int, _NONE),
-    "gpu_memory_utilization": (float, int, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
+    "gpu_memory_utilization": (float, int, _NONE), "gpu_memory_bytes": (int, float, _NONE), "max_num_seqs": (int, _NONE), "tensor_parallel": (int,),
     "load_format": (str, _NONE), "tokenizer": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
     "port": (int, _NONE),
     "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE), "launcher": (str, _NONE),
@@ -234,6 +242,7 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         for k in ("max_model_len", "tensor_parallel"):
             if k in merged and merged[k] < 1:
                 raise MatrixError(f"{where}: {label}: key {k!r} must be at least 1")
+        _check_gpu_budget(merged, f"{where}: {label}")
         model = merged["model"]
         if model not in models:
             path = Path(model).expanduser()
@@ -252,9 +261,31 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
                       levers=tuple(merged.get("levers", ("gate",))))
         if "gpu_memory_utilization" in values and values["gpu_memory_utilization"] is not None:
             values["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
+        if values.get("gpu_memory_bytes") is not None:
+            values["gpu_memory_bytes"] = int(values["gpu_memory_bytes"])
         values["boot_timeout_s"] = float(values.get("boot_timeout_s", 600.0))
         entries.append(ServerConfig(**values, source=where))
     return Matrix(tuple(entries), models, where, _scenarios(data.get("scenarios") or {}, where))
+
+
+def _check_gpu_budget(merged: dict[str, Any], where: str) -> None:
+    """``gpu_memory_bytes`` (a budget in bytes, e.g. 12e9 for a 12 GB card, turned into a fraction of
+    the card's memory at boot) and ``gpu_memory_utilization`` (a fraction of whichever card it runs
+    on) say the same thing two ways: one of them, on a GPU entry."""
+    budget = merged.get("gpu_memory_bytes")
+    if budget is None:
+        return
+    if merged.get("gpu_memory_utilization") is not None:
+        raise MatrixError(f"{where}: keys 'gpu_memory_bytes' and 'gpu_memory_utilization' both set the GPU budget: "
+                          f"give one")
+    if merged.get("device", "cpu") != "gpu":
+        raise MatrixError(f"{where}: key 'gpu_memory_bytes' is a GPU budget, for device = \"gpu\" entries "
+                          f"(on the CPU: kv_cache_bytes)")
+    if not math.isfinite(budget) or budget < 1e6:
+        raise MatrixError(f"{where}: key 'gpu_memory_bytes' must be a number of bytes, at least 1e6 "
+                          f"(e.g. 12e9 for a 12 GB card), got {budget!r}")
+    if isinstance(budget, float) and budget != int(budget):
+        raise MatrixError(f"{where}: key 'gpu_memory_bytes' must be a whole number of bytes, got {budget!r}")
 
 
 def _scenarios(raw: dict[str, Any], where: str) -> Scenarios:

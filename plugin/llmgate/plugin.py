@@ -312,13 +312,14 @@ class GateSession:
         return handle
 
     def model_hash(self, cfg: ServerConfig) -> str | None:
-        if cfg.model not in self._model_hashes:
+        key = f"{cfg.model}|{cfg.load_format}"       # a dummy-weights entry's model is config-only
+        if key not in self._model_hashes:
             try:
                 from . import tinymodel
-                self._model_hashes[cfg.model] = tinymodel.model_hash(self.matrix.resolve_model(cfg.model))
+                self._model_hashes[key] = tinymodel.model_hash(self.matrix.entry_model(cfg))
             except OSError:
-                self._model_hashes[cfg.model] = None
-        return self._model_hashes[cfg.model]
+                self._model_hashes[key] = None
+        return self._model_hashes[key]
 
     def reboot(self, cfg: ServerConfig) -> ServerHandle | None:
         """Stop this configuration's server and boot a fresh one; the handle tests hold is updated

@@ -183,7 +183,7 @@ class Server:
     # -- model -------------------------------------------------------------------------
     def _resolved(self) -> tuple[ServerConfig, Path]:
         """The configuration with its model (and draft model) as this engine loads them."""
-        model = self.matrix.resolve_model(self.cfg.model)
+        model = self.matrix.entry_model(self.cfg)
         if not model.exists():
             raise BootError(f"{self.cfg.id}: model path {str(model)!r} does not exist")
         cfg = self.cfg
@@ -201,6 +201,10 @@ class Server:
         why = self.engine.unavailable(self.cfg)
         if why:
             raise BootError(f"{self.cfg.id}: {why}")
+        try:
+            engines.base.gpu_memory_fraction(self.cfg)     # a byte budget this card cannot give
+        except ValueError as e:
+            raise BootError(f"{self.cfg.id}: {e}") from None
         cfg, model = self._resolved()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         last_error: BootError | None = None

@@ -110,17 +110,24 @@ def model_hash(path: Path) -> str:
     return content_hash(path)
 
 
-def build(out: Path | str | None = None, spec: TinySpec = TinySpec(), name: str = "tiny-llama") -> Path:
+CONFIG_ONLY_SUFFIX = "-config"          # cache folders of config-only builds (no weights file)
+
+
+def build(out: Path | str | None = None, spec: TinySpec = TinySpec(), name: str = "tiny-llama",
+          config_only: bool = False) -> Path:
     """Return a folder holding the model of ``spec``; build it only if the cache lacks it.
 
-    With ``out`` given, the model is built (or copied from the cache) there.
+    With ``out`` given, the model is built (or copied from the cache) there.  ``config_only``:
+    everything but model.safetensors (config, generation config, the same tokenizer), for an
+    engine that draws random weights itself (vLLM's ``--load-format dummy``); cached apart from
+    the full build, so each has one content hash.
     """
-    cached = default_cache_dir() / f"{name}-{spec.key()}"
+    cached = default_cache_dir() / (f"{name}-{spec.key()}" + (CONFIG_ONLY_SUFFIX if config_only else ""))
     if not (cached / MANIFEST).is_file():
         cached.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{cached.name}.", dir=cached.parent))
         try:
-            _write_model(tmp, spec, name)
+            _write_model(tmp, spec, name, config_only)
             try:
                 os.rename(tmp, cached)
             except OSError:  # another process built it first: theirs is identical
@@ -159,7 +166,7 @@ def train_tokenizer(vocab: int):
     return tok
 
 
-def _write_model(folder: Path, spec: TinySpec, name: str) -> None:
+def _write_model(folder: Path, spec: TinySpec, name: str, config_only: bool = False) -> None:
     tok = train_tokenizer(spec.vocab)
     vocab = tok.get_vocab_size()  # every id the model can sample decodes
     tok.save(str(folder / "tokenizer.json"))
@@ -203,12 +210,15 @@ def _write_model(folder: Path, spec: TinySpec, name: str) -> None:
     (folder / "generation_config.json").write_text(json.dumps({
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["pad_token_id"], "do_sample": False}, indent=2))
-    write_safetensors(folder / "model.safetensors", checkpoint_tensors(spec, vocab))
+    if not config_only:
+        write_safetensors(folder / "model.safetensors", checkpoint_tensors(spec, vocab))
     manifest = {
         "name": name, "builder_version": BUILDER_VERSION, "spec": dataclasses.asdict(spec),
         "vocab_size": vocab, "parameters": parameter_count(spec, vocab),
         "content_hash": content_hash(folder),
     }
+    if config_only:
+        manifest["weights"] = "none: config and tokenizer only, for load_format = \"dummy\""
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 

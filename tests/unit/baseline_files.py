@@ -17,7 +17,7 @@ def fingerprint_for(matrix_path: Path, config_id: str) -> dict:
 
     m = matrix.load(matrix_path)
     cfg = m.by_id(config_id)
-    return baseline.fingerprint(cfg.describe(), tinymodel.model_hash(m.resolve_model(cfg.model)), device.describe(),
+    return baseline.fingerprint(cfg.describe(), tinymodel.model_hash(m.entry_model(cfg)), device.describe(),
                                 {"engine": cfg.engine, "version": "hand-made", "commit": None})
 
 

@@ -1,5 +1,7 @@
 """Matrix loading and validation: every bad entry is one line naming file, entry and key."""
 
+from pathlib import Path
+
 import pytest
 
 from llmgate import matrix
@@ -48,8 +50,40 @@ def test_good_matrix(tmp_path):
 
 def test_embedded_default_is_valid():
     m = matrix.load(matrix.DEFAULT_MATRIX)
-    assert [e.engine for e in m.entries] == ["vllm"]
-    assert m.entries[0].model == "tiny" and m.entries[0].device == "cpu"
+    assert [e.engine for e in m.entries] == ["vllm"] * 3
+    cpu = m.entries[0]                      # first, as before: the Quick start gate runs it
+    assert (cpu.id, cpu.model, cpu.device, cpu.kv_cache_bytes) == ("cpu-vllm-tiny", "tiny", "cpu", 1_000_000_000)
+    # the headline command's entries (`-m gpu`): a 12 GB card's budget in bytes, and the whole card
+    gpu = {e.id: e for e in m.entries[1:]}
+    assert {k: (e.gpu_memory_bytes, e.gpu_memory_utilization) for k, e in gpu.items()} == {
+        "gpu-vllm-12gb": (12_000_000_000, None), "gpu-vllm-full": (None, 0.9)}
+    for e in gpu.values():
+        assert e.device == "gpu" and e.load_format == "dummy" and e.model in m.models and not e.min_effect
+    # the same shape as matrices/gpu.toml's, so the same config-only folder and content hash
+    assert m.models["qwen3-1.7b-shape"] == matrix.load(Path(__file__).parents[2] / "matrices" / "gpu.toml").models[
+        "qwen3-1.7b-shape"]
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ('gpu_memory_bytes = 12e9', 'key \'gpu_memory_bytes\' is a GPU budget, for device = "gpu" entries'),
+    ('device = "gpu"\ngpu_memory_bytes = 12e9\ngpu_memory_utilization = 0.5', "both set the GPU budget: give one"),
+    ('device = "gpu"\ngpu_memory_bytes = "12 GB"', "key 'gpu_memory_bytes' must be an integer or a number"),
+    ('device = "gpu"\ngpu_memory_bytes = 12.5e3', "must be a number of bytes, at least 1e6"),
+    ('device = "gpu"\ngpu_memory_bytes = -12e9', "must be a number of bytes, at least 1e6"),
+    ('device = "gpu"\ngpu_memory_bytes = nan', "must be a number of bytes, at least 1e6"),
+    ('device = "gpu"\ngpu_memory_bytes = 1000000000.5', "must be a whole number of bytes"),
+])
+def test_gpu_memory_bytes_is_checked(tmp_path, entry, fragment):
+    with pytest.raises(MatrixError) as e:
+        load_text(tmp_path, '[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n' + entry + "\n")
+    assert fragment in str(e.value) and "matrix entry 'x'" in str(e.value)
+
+
+def test_gpu_memory_bytes_is_a_whole_number_of_bytes(tmp_path):
+    m = load_text(tmp_path, '[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\ndevice = "gpu"\n'
+                            'gpu_memory_bytes = 12e9\n')
+    assert m.entries[0].gpu_memory_bytes == 12_000_000_000 and isinstance(m.entries[0].gpu_memory_bytes, int)
+    assert m.entries[0].describe()["gpu_memory_bytes"] == 12_000_000_000
 
 
 def test_pyproject_table(tmp_path):

@@ -86,6 +86,20 @@ class Engine(Protocol):
         """The most tokens one request can hold in the KV cache, from a /metrics reading; None if not exposed."""
 
 
+def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
+    """The entry's GPU budget as a fraction of the card's memory (what the engines are given):
+    ``gpu_memory_utilization`` as written, or ``gpu_memory_bytes`` over the total memory of the
+    GPU(s) the server uses, read through NVML when it boots; None when the entry sets neither.
+    ValueError, with the reason, when the bytes cannot be turned into a fraction here."""
+    if cfg.gpu_memory_utilization is not None:
+        return cfg.gpu_memory_utilization
+    if cfg.gpu_memory_bytes is None:
+        return None
+    from .. import device
+
+    return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
+
+
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
     m = None
     for m in re.finditer(pattern, text, flags):

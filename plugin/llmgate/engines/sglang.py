@@ -2,7 +2,7 @@
 
 - Interpreter: the entry's ``launcher``, else ``$LLMGATE_SGLANG_PYTHON``, else this Python.
 - GPU only (its kernels have no CPU build on PyPI): ``--mem-fraction-static`` is the KV
-  budget (from ``gpu_memory_utilization``), ``--context-length`` the max_model_len,
+  budget (from ``gpu_memory_utilization``, or ``gpu_memory_bytes`` over the card's memory), ``--context-length`` the max_model_len,
   ``--kv-cache-dtype`` (``fp8`` is taken as ``fp8_e4m3``), ``--disable-radix-cache`` turns the
   prefix cache (RadixAttention) off, ``--max-running-requests`` caps concurrency,
   ``--enable-metrics`` publishes ``sglang:*`` at /metrics, ``--enable-cache-report`` puts
@@ -33,7 +33,7 @@ import httpx
 
 from ..matrix import ServerConfig
 from ..signals import Delta, SpecAcceptance
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
+from .base import BaseAdapter, BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
 
 INSTALL_HINT = "SGLang needs an NVIDIA GPU: pip install 'sglang[all]' on the GPU machine"
 SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "nextn": "NEXTN", "ngram": "NGRAM",
@@ -67,8 +67,8 @@ class Adapter(BaseAdapter):
                "--enable-cache-report", "--constrained-json-disable-any-whitespace"]
         if cfg.kv_cache_dtype != "auto":
             cmd += ["--kv-cache-dtype", "fp8_e4m3" if cfg.kv_cache_dtype == "fp8" else cfg.kv_cache_dtype]
-        if cfg.gpu_memory_utilization is not None:
-            cmd += ["--mem-fraction-static", str(cfg.gpu_memory_utilization)]
+        if (fraction := gpu_memory_fraction(cfg)) is not None:
+            cmd += ["--mem-fraction-static", str(fraction)]
         if not cfg.prefix_caching:
             cmd += ["--disable-radix-cache"]
         if cfg.quantization:

