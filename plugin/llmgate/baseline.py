@@ -108,26 +108,108 @@ def enable_on_xdist_worker(config: pytest.Config, worker: str) -> None:
 
 WORKER_FILE = re.compile(r"^\d{4}_(.+)-gw\d+$")
 
+# -- which stored runs are compared ------------------------------------------------------------
+# pytest-benchmark looks for compared runs only in ``<storage>/<machine id>/``, a folder named after
+# the interpreter that saved them (``Linux-CPython-3.12-64bit``): a runner on Python 3.11 never
+# finds baselines saved on 3.12.  llmgate takes --benchmark-compare over (file storage only): it
+# reads the runs of every machine-id folder and compares each metric with the newest stored result
+# whose fingerprint matches; pytest-benchmark is given exactly those to show and to check
+# (--benchmark-compare-fail).
+_COMPARE = pytest.StashKey[Any]()                    # the --benchmark-compare value llmgate took over
+_STORED = pytest.StashKey[list]()                    # [(path, {fullname: entry})] llmgate's entries, oldest first
+_STORED_ALL = "*/[0-9][0-9][0-9][0-9]_"              # every run of every machine-id folder (and the top level)
 
-def widen_compare_to_workers(config: pytest.Config) -> list[str]:
-    """A compared file saved by one xdist worker (NNNN_NAME-gwN.json) holds that worker's
-    entries only: compare with every worker's file of that NAME (the newest wins per test).
-    Returns the files then compared."""
+
+def take_over_compare(config: pytest.Config) -> None:
+    """(pytest_configure, before pytest-benchmark's) Keep --benchmark-compare from pytest-benchmark,
+    which would load runs of this interpreter's machine-id folder only, warning when it holds none."""
+    storage = getattr(config.option, "benchmark_storage", "") or ""
+    value = getattr(config.option, "benchmark_compare", None)
+    if not value or not storage.startswith("file://"):
+        return
+    config.stash[_COMPARE] = value
+    config.option.benchmark_compare = []            # pytest-benchmark's "not comparing"
+
+
+def compared_spec(config: pytest.Config) -> Any:
+    """--benchmark-compare as given (True for a bare one, else the run's number or glob); None when off."""
+    if _COMPARE in config.stash:
+        return config.stash[_COMPARE]
     bs = benchmark_session(config)
-    if bs is None or not bs.compare or not bs.compared_mapping:
-        return []
-    names = {m.group(1) for p in bs.compared_mapping if (m := WORKER_FILE.match(Path(str(p)).stem))}
-    if not names:
-        return []
-    wanted = [f"*_{n}-gw" for n in sorted(names)]
-    mapping: dict[Any, dict[str, Any]] = {}
-    for path, data in bs.storage.load(*wanted):
-        mapping[path] = {b["fullname"]: b for b in data["benchmarks"]}
-    for path, m in bs.compared_mapping.items():       # the files asked for stay, and stay newest
-        mapping.pop(path, None)
-        mapping[path] = m
+    return bs.compare if bs is not None and bs.compare else None
+
+
+def load_compared(config: pytest.Config) -> list[str] | None:
+    """(pytest_sessionstart) Load the runs --benchmark-compare names from every machine-id folder:
+    a bare one, every stored run; ``NNNN`` (or a glob), the runs it matches in any folder, widened
+    to every worker file of an xdist run.  Returns the runs considered, oldest first; None when
+    llmgate did not take the comparison over."""
+    bs = benchmark_session(config)
+    value = config.stash.get(_COMPARE, None)
+    if bs is None or not value:
+        return None
+    bs.compare = value
+    config.option.benchmark_compare = value
+    if value is True:
+        runs = list(bs.storage.load(_STORED_ALL))
+        plain = list(bs.storage.load())[-1:]          # what pytest-benchmark itself compares with
+    else:
+        spec = str(value)
+        runs = list(bs.storage.load(spec if "/" in spec or Path(spec).is_file() else f"*/{spec}"))
+        names = sorted({m.group(1) for p, _ in runs if (m := WORKER_FILE.match(Path(str(p)).stem))})
+        if names:
+            runs += list(bs.storage.load(*[f"*/*_{n}-gw" for n in names]))
+        plain = list(bs.storage.load(spec))
+    unique = {str(p): (p, data) for p, data in runs}
+    runs = sorted(unique.values(), key=lambda r: (str(r[1].get("datetime") or ""), Path(str(r[0])).name, str(r[0])))
+    config.stash[_STORED] = [(p, {b["fullname"]: b for b in data["benchmarks"] if _is_llmgate(b)}) for p, data in runs]
+    # pytest-benchmark shows and checks (--benchmark-compare-fail) what llmgate compares with, added
+    # as each metric picks its baseline (baseline()); entries that are not llmgate's as it would itself
+    mapping: dict[Any, dict[str, Any]] = {p: {} for p, _ in runs}
+    for p, data in plain:
+        mapping.setdefault(p, {}).update({b["fullname"]: b for b in data["benchmarks"] if not _is_llmgate(b)})
     bs.compared_mapping = mapping
-    return [str(p) for p in mapping]
+    return [str(p) for p, _ in runs]
+
+
+def _is_llmgate(bench: dict[str, Any]) -> bool:
+    return isinstance((bench.get("extra_info") or {}).get(EXTRA_KEY), dict)
+
+
+def _candidates(config: pytest.Config, fullname: str) -> list[tuple[Any, dict[str, Any]]]:
+    """The stored entries of ``fullname`` among the compared runs, oldest first, with their run's
+    path as pytest-benchmark keys it."""
+    stored = config.stash.get(_STORED, None)
+    if stored is None:                                # not file storage: pytest-benchmark loaded the runs
+        bs = benchmark_session(config)
+        stored = list((bs.compared_mapping or {}).items()) if bs is not None else []
+    return [(path, m[fullname]) for path, m in stored if fullname in m]
+
+
+def stored_fingerprint(bench: dict[str, Any]) -> dict[str, Any]:
+    return ((bench.get("extra_info") or {}).get(EXTRA_KEY) or {}).get("fingerprint") or {}
+
+
+def hide_benchmark_table(config: pytest.Config) -> int:
+    """(pytest_terminal_summary, before pytest-benchmark's) pytest-benchmark's table shows every
+    entry as a time ("time in ms"): llmgate's tok/s metrics are stored as their inverse (seconds
+    per token), so its rows read wrongly there.  Take llmgate's rows out of the table; its
+    --benchmark-compare-fail checks stay (they ran at sessionfinish and are raised after the table).
+    Returns how many of llmgate's entries were hidden."""
+    bs = benchmark_session(config)
+    if bs is None or not bs.groups:
+        return 0
+    kept, hidden = [], set()
+    for name, benches in bs.groups:
+        rest = [b for b in benches if not _is_llmgate(b)]
+        hidden.update(b["fullname"] for b in benches if _is_llmgate(b))
+        if rest:
+            kept.append((name, rest))
+    if kept:
+        bs.groups = kept
+    elif hidden:
+        bs.quiet = True          # no table at all; an empty one would skip the regression checks too
+    return len(hidden)
 
 
 def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extra: dict[str, Any]):
@@ -156,17 +238,71 @@ def compare_active(config: pytest.Config) -> bool:
     return bool(bs is not None and bs.compare and bs.compared_mapping is not None)
 
 
-def baseline(config: pytest.Config, nodeid: str, key: str) -> tuple[str, dict[str, Any]] | None:
-    """The stored entry for ``nodeid::key`` in the file(s) named by --benchmark-compare (the newest wins)."""
+def baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: dict[str, Any] | None = None,
+             allow_mismatch: bool = False) -> tuple[str, dict[str, Any]] | None:
+    """The stored entry ``nodeid::key`` is compared with: among the compared runs, the newest whose
+    fingerprint matches ``fingerprint`` (the newest of all when no fingerprint is given).  When none
+    matches: with a bare --benchmark-compare, None (why_no_baseline() says why); with a named run
+    or ``allow_mismatch``, the newest, for the caller to refuse (or compare anyway)."""
     bs = benchmark_session(config)
     if bs is None or not bs.compared_mapping:
         return None
-    found = None
-    for path, mapping in bs.compared_mapping.items():
-        bench = mapping.get(f"{nodeid}::{key}")
-        if bench is not None:
-            found = (str(path), bench)
-    return found
+    fullname = f"{nodeid}::{key}"
+    candidates = _candidates(config, fullname)
+    if not candidates:
+        return None
+    if fingerprint is None:
+        return str(candidates[-1][0]), candidates[-1][1]
+    comparable = [c for c in candidates if not fingerprint_mismatch(stored_fingerprint(c[1]), fingerprint)]
+    if comparable:
+        path, bench = comparable[-1]
+    elif allow_mismatch or compared_spec(config) is not True:
+        path, bench = candidates[-1]
+        if not allow_mismatch:
+            return str(path), bench                   # refused by the caller: pytest-benchmark does not compare it
+    else:
+        return None
+    if _STORED in config.stash:
+        bs.compared_mapping.setdefault(path, {})[fullname] = bench
+    return str(path), bench
+
+
+def why_no_baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: dict[str, Any]) -> str | None:
+    """Why ``nodeid::key`` has no baseline to compare with while comparing (None when not comparing):
+    no baseline for this test, or for this device / model / configuration (the nearest stored
+    result's difference: same device first, then same model).  A different engine build is never
+    the reason: that is what the gate compares, and the verdict names it."""
+    spec = compared_spec(config)
+    if not spec or not compare_active(config):
+        return None
+    stored = config.stash.get(_STORED, None)
+    bs = benchmark_session(config)
+    where = str(bs.storage) if bs is not None else "the storage"
+    if stored is not None and not stored:
+        which = "no stored run" if spec is True else f"no stored run matches --benchmark-compare={spec}"
+        return f"no baseline stored: {which} in {where} (record one with --benchmark-save=NAME)"
+    candidates = _candidates(config, f"{nodeid}::{key}")
+    if not candidates:
+        runs = "the stored runs" if spec is True else f"the runs matching --benchmark-compare={spec}"
+        return f"no baseline for this test: {runs} in {where} hold none (record one with --benchmark-save=NAME)"
+    levels = (("device", lambda fp: fp.get("device") == fingerprint.get("device"), "device differs"),
+              ("model", lambda fp: fp.get("model_hash") == fingerprint.get("model_hash"), "model differs"),
+              ("configuration", lambda fp: False, "configuration differs"))
+    nearest = candidates
+    for level, same, problem in levels:
+        closer = [c for c in nearest if same(stored_fingerprint(c[1]))]
+        if not closer:
+            path, bench = nearest[-1]
+            detail = [d for d in fingerprint_mismatch(stored_fingerprint(bench), fingerprint) if d.startswith(problem)]
+            return f"no baseline for this {level}: the nearest, {path}, " + (detail[0] if detail else problem)
+        nearest = closer
+    return None
+
+
+def no_baseline_reason(note: str) -> str | None:
+    """The short form of a why_no_baseline() note for a table cell (``no baseline for this device``)."""
+    head = note.split(";", 1)[0].split(":", 1)[0]
+    return head if head.startswith("no baseline") else None
 
 
 def baseline_values(bench: dict[str, Any]) -> list[float] | None:

@@ -65,6 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="examples per Hypothesis property of the quality tests (default 20)")
     g.addoption("--llmgate-no-confirm", action="store_true",
                 help="fail on the first regressed measurement instead of re-measuring once on a fresh server")
+    g.addoption("--llmgate-benchmark-table", action="store_true",
+                help="also print pytest-benchmark's own table for llmgate's metrics (hidden by default: it shows "
+                     "every metric as a time, tok/s as seconds per token; llmgate's verdict table is the one to read)")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
 
@@ -154,6 +157,8 @@ def pytest_configure(config: pytest.Config) -> None:
             baseline_store.validate_storage(Path(storage[len("file://"):]))
         except baseline_store.BaselineError as e:
             raise pytest.UsageError(str(e)) from None
+    # llmgate finds the compared runs in every machine-id folder of the storage (pytest_sessionstart)
+    baseline_store.take_over_compare(config)
     _xdist_configure(config)
     config.stash[SESSION_KEY] = GateSession(config)
 
@@ -164,9 +169,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         worker = xdist_worker(session.config)
         if worker:
             baseline_store.enable_on_xdist_worker(session.config, worker)
-        widened = baseline_store.widen_compare_to_workers(session.config)
-        if widened and not worker:
-            say(session.config, "llmgate: comparing with every xdist worker's file of that run: " + ", ".join(widened))
+        runs = baseline_store.load_compared(session.config)
+        if runs is not None and not worker:
+            if runs:
+                bs.logger.info("Comparing against benchmarks from: " + ", ".join(runs) + " (llmgate: each metric "
+                               "with the newest of these whose fingerprint matches)")
+            else:
+                say(session.config, f"llmgate: --benchmark-compare: no stored run in {bs.storage}; every metric "
+                                    f"is reported without a baseline (record one with --benchmark-save=NAME)")
         baseline_store.make_save_atomic(bs.storage)
 
 
@@ -289,6 +299,10 @@ class GateSession:
 
     def say(self, line: str) -> None:
         say(self.config, line)
+
+    def note_once(self, line: str) -> None:
+        if line not in self.notes:
+            self.notes.append(line)
 
     def progress(self, cid: str, elapsed: float, last_line: str) -> None:
         say(self.config, f"llmgate: booting {cid}: {elapsed:.0f} s … {last_line.strip()[-150:]}")
@@ -466,9 +480,15 @@ class Gate:
         if raw is not None:
             extra["raw"] = raw
         self.stored.append(baseline_store.store(self.item, metric, key, values, extra))
-        base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key)
+        base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key, fp,
+                                       self.session.settings.allow_mismatch)
         base_values = baseline_store.baseline_values(base[1]) if base else None
         notes, refused = [], []
+        if base is None:
+            why = baseline_store.why_no_baseline(self.item.config, baseline_store.node_key(self.item), key, fp)
+            if why:
+                notes.append(why)
+                self.session.note_once(f"{cfg.id if cfg else self.item.name}: {why}")
         if base is not None:
             base_fp = base[1]["extra_info"][baseline_store.EXTRA_KEY].get("fingerprint") or {}
             refused = baseline_store.fingerprint_mismatch(base_fp, fp)
@@ -542,7 +562,8 @@ class Gate:
     def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
         """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
         key = metric.name + (f"@{variant}" if variant else "")
-        base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key)
+        base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key, self.fingerprint(),
+                                       self.session.settings.allow_mismatch)
         if base is None:
             return None
         info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
@@ -625,8 +646,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
                                                 "--llmgate-ab A=LAUNCHER --llmgate-ab B=LAUNCHER"))
     if item.get_closest_marker("gpu") is not None:
         no_gpu = device.why_no_gpu()
-        if no_gpu:
-            item.add_marker(pytest.mark.skip(reason=no_gpu))
+        if no_gpu:      # first, so it is the reason given: without a GPU nothing else decides
+            item.add_marker(pytest.mark.skip(reason=no_gpu), append=False)
 
 
 @pytest.hookimpl(trylast=True)
@@ -784,22 +805,54 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, config: pytest.Config):
     """llmgate's section comes after the other plugins' (pytest-benchmark's tables), and is
     written even when one of them raised (pytest-benchmark's --benchmark-compare-fail does)."""
+    hidden = 0 if config.getoption("llmgate_benchmark_table") else baseline_store.hide_benchmark_table(config)
     try:
         return (yield)
     finally:
-        _write_summary(terminalreporter, config)
+        _write_summary(terminalreporter, config, hidden)
 
 
-def _write_summary(terminalreporter, config: pytest.Config) -> None:
+def _skipped_entries(terminalreporter, gs: GateSession) -> list[str]:
+    """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
+    one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
+    -rs lists those)."""
+    try:
+        ids = [e.id for e in gs.matrix.entries]
+    except MatrixError:
+        return []
+    ran: set[str] = set()
+    counts: dict[tuple[str, str], int] = {}
+    for category, reports in terminalreporter.stats.items():
+        for rep in reports:
+            scope = entry_scope(getattr(rep, "nodeid", None) or "", ids)
+            if not scope.startswith("llmgate-entry:"):
+                continue
+            cid = scope.removeprefix("llmgate-entry:")
+            if category in ("passed", "failed", "error", "xfailed", "xpassed"):
+                ran.add(cid)
+            elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
+                reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+                if "is not enabled for this entry" not in reason:
+                    counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
+    return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
+
+
+def _write_summary(terminalreporter, config: pytest.Config, hidden: int = 0) -> None:
     gs = config.stash.get(SESSION_KEY, None)
     if gs is None:
         return
     boots = gs.boots or gs.worker_boots                     # the workers' under pytest-xdist
     verdicts: list[Any] = list(gs.verdicts) or list(gs.worker_verdicts)
-    if not (verdicts or boots):
+    skipped = _skipped_entries(terminalreporter, gs)
+    if not (verdicts or boots or skipped):
         return
     tr = terminalreporter
     tr.section("llmgate")
+    for line in skipped:
+        tr.write_line(line, yellow=True)
+    if hidden:
+        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} metric(s) is not shown: it prints each as a "
+                      f"time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read this one")
     if boots:
         total = sum(len(v) for v in boots.values())
         tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")

@@ -13,6 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .baseline import no_baseline_reason
 from .verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
@@ -32,9 +33,16 @@ def verdict_rows(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[list[str]
             m.display(now["median"]), spread, str(now["n"]),
             m.display(base["median"]) if base else "—",
             f"{v['change']:+.1%}" if v["change"] is not None else "—",
-            v["status"],
+            status_text(v),
         ])
     return rows
+
+
+def status_text(v: dict[str, Any]) -> str:
+    """The verdict as a table shows it: a missing baseline says why (``no baseline for this device``)."""
+    if v["status"] == NO_BASELINE and v.get("note"):
+        return no_baseline_reason(v["note"]) or v["status"]
+    return v["status"]
 
 
 def verdict_table(verdicts: Iterable[Verdict | dict[str, Any]]) -> str:
@@ -177,7 +185,7 @@ def markdown(rep: dict[str, Any]) -> str:
             change = f"{v['change']:+.1%}" if v["change"] is not None else "—"
             if v["ci95"]:
                 change += f" ({v['ci95'][0]:+.0%} … {v['ci95'][1]:+.0%})"
-            status = {REGRESSED: "**regressed**", IMPROVED: "improved"}.get(v["status"], v["status"])
+            status = {REGRESSED: "**regressed**", IMPROVED: "improved"}.get(v["status"], status_text(v))
             lines.append(f"| {v['config']} | {v['label']}{suffix} ({v['better']} is better) | {base} | "
                          f"{m.display(v['now']['median'])} | {change} | {status} |")
         lines.append("")

@@ -74,10 +74,17 @@ def test_schema_problems_are_named(pytester, mutate, problem):
 def test_other_device_is_refused_unless_allowed(pytester):
     other = here_fingerprint(device={"cpu": "Some Other CPU @ 5 GHz"})
     baseline_files.write(pytester.path, "base", {NAME: [100] * 5}, fingerprint=other)
-    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    # the run named on the command line is refused, naming what differs
+    r = run(pytester, [[100] * 5], "--benchmark-compare=0001")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*refusing to compare with *0001_base.json (pass --llmgate-allow-mismatch*",
                             "*decode_tok_s: now 100.0 tok/s; not compared: device differs: baseline *Some Other CPU*"])
+    # a bare --benchmark-compare looks for a comparable baseline, finds none, and says why
+    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*| decode tok/s (c=1) *| no baseline for this device *|",
+                            "*test_measure: no baseline for this device: the nearest, *0001_base.json, device "
+                            "differs: baseline *Some Other CPU*"])
     r = run(pytester, [[60] * 5], "--benchmark-compare", "--llmgate-allow-mismatch", "--llmgate-no-confirm")
     r.assert_outcomes(failed=1)  # compared anyway: a 40% slowdown is still a regression, with the warning
     out = r.stdout.str()
@@ -86,9 +93,89 @@ def test_other_device_is_refused_unless_allowed(pytester):
 
 def test_other_model_is_refused(pytester):
     baseline_files.write(pytester.path, "base", {NAME: [100] * 5}, fingerprint=here_fingerprint(model_hash="abc123"))
-    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r = run(pytester, [[100] * 5], "--benchmark-compare=0001")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*model differs: baseline content hash abc123*"])
+    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*| no baseline for this model *|", "*model differs: baseline content hash abc123*"])
+
+
+def move_to_machine_folder(path, machine_id):
+    """A stored run as another interpreter would have saved it: pytest-benchmark keeps runs in a
+    folder named after the interpreter (``Linux-CPython-3.12-64bit``) and looks only in its own."""
+    target = path.parent.parent / machine_id / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(target)
+    if not any(path.parent.iterdir()):
+        path.parent.rmdir()
+    return target
+
+
+def test_baselines_of_another_interpreter_are_found_and_compared(pytester):
+    from pytest_benchmark.utils import get_machine_id
+
+    run(pytester, [[100, 101, 99, 100, 102]], "--benchmark-save=base").assert_outcomes(passed=1)
+    (saved,) = baseline.stored_files(pytester.path / "baselines")
+    assert saved.parent.name == get_machine_id()
+    other = "Linux-CPython-3.99-64bit"
+    assert other != get_machine_id()
+    moved = move_to_machine_folder(saved, other)
+    assert baseline.stored_files(pytester.path / "baselines") == [moved]
+    # a bare --benchmark-compare finds it (pytest-benchmark alone: "Can't compare. No benchmark files")
+    r = run(pytester, [[99, 101, 100, 103, 98]], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    both = r.stdout.str() + r.stderr.str()
+    assert "Can't compare" not in both
+    r.stderr.fnmatch_lines([f"*Comparing against benchmarks from: {other}/0001_base.json*"])
+    r.stdout.fnmatch_lines(["*| decode tok/s (c=1) *| 100.0 tok/s *| unchanged *|"])
+    # and it gates: a slower run fails against it, named by its folder
+    r = run(pytester, [[70, 71, 69, 72, 70]], "--benchmark-compare", "--llmgate-no-confirm")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines([f"*performance regression against {other}/0001_base.json:*",
+                            "*decode_tok_s*baseline 100.0 tok/s*now 70.0 tok/s*-30.0%*regressed*"])
+    # so does the run named by its number, wherever it is kept
+    r = run(pytester, [[70, 71, 69, 72, 70]], "--benchmark-compare=0001", "--llmgate-no-confirm")
+    r.assert_outcomes(failed=1)
+
+
+def test_the_newest_comparable_baseline_is_taken_and_the_nearest_explains_its_absence(pytester):
+    here = here_fingerprint()
+    old = baseline_files.write(pytester.path, "base", {NAME: [100] * 5}, fingerprint=here)
+    move_to_machine_folder(old, "Linux-CPython-3.10-64bit")
+    # newer runs that do not compare: another device, and this device with another configuration
+    for name, fp in (("elsewhere", here_fingerprint(device={"cpu": "Some Other CPU @ 5 GHz"})),
+                     ("changed", here_fingerprint(config={"max_num_seqs": 1}))):
+        newer = baseline_files.write(pytester.path, name, {NAME: [200] * 5}, fingerprint=fp)
+        move_to_machine_folder(newer, f"Linux-CPython-3.99-{name}")
+    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*| 100.0 tok/s *| +0.0% *| unchanged *|"])
+    rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    assert rep["verdicts"][0]["baseline_source"] == "Linux-CPython-3.10-64bit/0001_base.json"
+    # without it, the nearest stored result (same device) says what differs
+    (pytester.path / "baselines" / "Linux-CPython-3.10-64bit" / "0001_base.json").unlink()
+    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*| no baseline for this configuration *|",
+                            "*no baseline for this configuration: the nearest, Linux-CPython-3.99-changed/0001_changed.json, "
+                            "configuration differs: max_num_seqs: 1 → None*"])
+
+
+def test_no_stored_run_and_no_stored_test_are_said_per_entry(pytester):
+    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    both = r.stdout.str() + r.stderr.str()
+    assert "Can't compare" not in both
+    r.stdout.fnmatch_lines(["*llmgate: --benchmark-compare: no stored run in *baselines*",
+                            "*| no baseline stored *|",
+                            "*test_measure: no baseline stored: no stored run in *baselines (record one with --benchmark-save=NAME)"])
+    baseline_files.write(pytester.path, "base", {"test_rec.py::test_other::decode_tok_s": [100] * 5},
+                         fingerprint=here_fingerprint())
+    r = run(pytester, [[100] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*| no baseline for this test *|",
+                            "*test_measure: no baseline for this test: the stored runs in *baselines hold none*"])
 
 
 def test_engine_change_is_what_is_compared(pytester):

@@ -60,9 +60,9 @@ def test_baseline_then_same_passes_then_slower_config_fails(gate_dir):
     r.stdout.fnmatch_lines(["*aggregate tok/s @c4*"])
 
     # the same entry, one sequence at a time: requests queue behind each other.  A changed
-    # configuration is refused as a comparison unless asked for…
+    # configuration is refused as a comparison with the run named unless asked for…
     p.makefile(".toml", llmgate=BASE_ENTRY + 'max_num_seqs = 1\n')
-    r = p.runpytest_subprocess(*SMALL, *WIDE, "--benchmark-compare")
+    r = p.runpytest_subprocess(*SMALL, *WIDE, "--benchmark-compare=0001")
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*refusing to compare with*pass --llmgate-allow-mismatch*",
                             "*not compared: configuration differs: max_num_seqs: None → 1*"])

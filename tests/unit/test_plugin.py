@@ -48,8 +48,12 @@ def test_engine_marker_and_gpu_skip_with_reason(pytester):
     result = pytester.runpytest("-m", "engine", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED*no NVIDIA GPU*"])
+    # llmgate's section names the entry that did not run at all, with the reason; not the one that ran
+    result.stdout.fnmatch_lines(["*= llmgate =*", "second-gpu: 1 test(s) skipped: no NVIDIA GPU*"])
+    assert not [ln for ln in result.stdout.lines if ln.startswith("first: ")]
     result = pytester.runpytest("-m", "gpu")
     result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.OK
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -199,3 +203,31 @@ id = "full"
     pytester.makepyfile("def test_x(llmgate_config): pass\n")
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(["*matrix entry 'variant': key 'reference': 'full' is not an entry listed before this one*"])
+
+
+def test_pytest_benchmark_table_hides_llmgate_metrics_unless_asked(pytester):
+    """pytest-benchmark prints every entry as a time: llmgate's tok/s (stored as seconds per token)
+    would read as "time in ms".  Hidden by default, back with --llmgate-benchmark-table; a plain
+    pytest-benchmark test of the same session keeps its row, and --benchmark-compare-fail still checks."""
+    pytester.makepyfile(test_plain="def test_plain(benchmark):\n    benchmark(lambda: None)\n")
+    r = run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-save=base")
+    r.assert_outcomes(passed=2)
+    out = r.stdout.str()
+    assert "stored as 1/x" not in out and "test_measure::decode_tok_s" not in out
+    assert "test_plain" in out and "Legend:" in out                     # the plain benchmark's table stays
+    r.stdout.fnmatch_lines(["*pytest-benchmark's table of llmgate's 2 metric(s) is not shown*--llmgate-benchmark-table*"])
+
+    r = run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-compare", "--llmgate-benchmark-table")
+    r.assert_outcomes(passed=2)
+    out = r.stdout.str()
+    assert "stored as 1/x" in out and "test_measure::decode_tok_s (0001_base)" in out   # compared with 0001
+    assert "is not shown" not in out
+
+    # llmgate's entries only: no pytest-benchmark table at all, its regression check still fails the run
+    (pytester.path / "test_plain.py").unlink()
+    r = run_with(pytester, [50] * 5, [0.1] * 5, "--benchmark-compare", "--benchmark-compare-fail=median:10%",
+                 "--llmgate-min-effect", "decode_tok_s=0.9")
+    assert r.ret != 0
+    out = r.stdout.str()
+    assert "Legend:" not in out and "stored as 1/x" not in out
+    assert "Performance has regressed" in out + r.stderr.str()
