@@ -17,7 +17,8 @@
 #    and the engine's packages are never replaced.  The plugin is used from plugin/ (-p).
 # 3. Model: the matrix's config-only model folders go into $LLMGATE_CACHE (default .gpu-model/
 #    when carried, else made there by gpu/make-model.py).
-# 4. pytest -m gpu --llmgate-matrix $LLMGATE_MATRIX (default matrices/gpu.toml) "$@", under
+# 4. pytest -m gpu --llmgate-matrix $LLMGATE_MATRIX (default matrices/gpu.toml; set and empty: no
+#    --llmgate-matrix, the embedded default's GPU entries) "$@", under
 #    `timeout -s INT $LLMGATE_DEADLINE_S` when that is set (pytest then stops cleanly, stops
 #    the servers and still writes its results).
 set -euo pipefail
@@ -66,8 +67,14 @@ eval "$("$py" gpu/prepare.py "$wheels" "$site")"
 if [ -z "${LLMGATE_CACHE:-}" ] && [ -d "$root/.gpu-model/models" ]; then
   export LLMGATE_CACHE=$root/.gpu-model
 fi
-matrix=${LLMGATE_MATRIX:-matrices/gpu.toml}
-"$py" gpu/make-model.py "$matrix"
+# LLMGATE_MATRIX= (set, empty): the embedded default, as `pytest -m gpu` with no --llmgate-matrix
+# (its config-only models are made on first use)
+matrix=${LLMGATE_MATRIX-matrices/gpu.toml}
+matrix_opt=()
+if [ -n "$matrix" ]; then
+  "$py" gpu/make-model.py "$matrix"
+  matrix_opt=(--llmgate-matrix "$matrix")
+fi
 
 # the plugin from plugin/ unless an installed copy registers it through its entry point
 plugin=(-p llmgate.plugin)
@@ -91,7 +98,7 @@ for d in ('vllm', 'sglang', 'transformers'):
     try: print('$v:', d, m.version(d))
     except m.PackageNotFoundError: pass" || true; }
 done
-cmd=("$py" -m pytest "${plugin[@]}" -m gpu --llmgate-matrix "$matrix" "$@")
+cmd=("$py" -m pytest "${plugin[@]}" -m gpu "${matrix_opt[@]}" "$@")
 echo "+ ${cmd[*]}"
 if [ -n "${LLMGATE_DEADLINE_S:-}" ]; then
   exec timeout -s INT -k 60 "$LLMGATE_DEADLINE_S" "${cmd[@]}"
