@@ -175,7 +175,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                 bs.logger.info("Comparing against benchmarks from: " + ", ".join(runs) + " (llmgate: each metric "
                                "with the newest of these whose fingerprint matches)")
             else:
-                say(session.config, f"llmgate: --benchmark-compare: no stored run in {bs.storage}; every metric "
+                spec = baseline_store.compared_spec(session.config)
+                which = "no stored run" if spec is True else f"no stored run matches {spec!r}"
+                say(session.config, f"llmgate: --benchmark-compare: {which} in {bs.storage}; every metric "
                                     f"is reported without a baseline (record one with --benchmark-save=NAME)")
         baseline_store.make_save_atomic(bs.storage)
 

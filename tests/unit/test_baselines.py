@@ -176,6 +176,10 @@ def test_no_stored_run_and_no_stored_test_are_said_per_entry(pytester):
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*| no baseline for this test *|",
                             "*test_measure: no baseline for this test: the stored runs in *baselines hold none*"])
+    r = run(pytester, [[100] * 5], "--benchmark-compare=0042")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*llmgate: --benchmark-compare: no stored run matches '0042' in *baselines*",
+                            "*test_measure: no baseline stored: no stored run matches --benchmark-compare=0042 in *"])
 
 
 def test_engine_change_is_what_is_compared(pytester):
