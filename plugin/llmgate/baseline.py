@@ -247,11 +247,6 @@ def validate_file(path: Path) -> None:
         if schema not in READABLE_SCHEMAS:
             raise bad(f"{where}: llmgate schema {schema!r}, this llmgate reads schemas "
                       f"{', '.join(map(str, READABLE_SCHEMAS))} (record a new baseline)")
-        boots = info.get("boots")
-        if schema >= 3 and (not isinstance(boots, list) or not boots or not all(
-                isinstance(b, list) and b and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in b)
-                for b in boots)):
-            raise bad(f"{where}: 'boots' must be a non-empty list of non-empty lists of numbers")
         values = info.get("values")
         if (not isinstance(values, list) or not values
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
@@ -261,6 +256,11 @@ def validate_file(path: Path) -> None:
         fp = info.get("fingerprint")
         if not isinstance(fp, dict) or not {"device", "model_hash", "config", "engine"} <= set(fp):
             raise bad(f"{where}: no fingerprint (device, model_hash, config, engine)")
+        boots = info.get("boots")
+        if schema >= 3 and (not isinstance(boots, list) or not boots or not all(
+                isinstance(b, list) and b and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in b)
+                for b in boots)):
+            raise bad(f"{where}: 'boots' must be a non-empty list of non-empty lists of numbers")
 
 
 def validate_storage(root: Path) -> list[Path]:

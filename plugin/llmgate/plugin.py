@@ -859,6 +859,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     # the regime is known once an entry's decode window ran, maybe after its other verdicts
     gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
                       if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
+    single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if "lower bound" in v.mde_basis})
+    if single:
+        gs.notes.append(f"{len(single)} verdict(s) compared one boot a side ({', '.join(single[:4])}"
+                        f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
+                        f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
+                        f"baseline with --llmgate-boots 2 or more")
     if gs.verdicts or gs.boots:
         gs.out_dir.mkdir(parents=True, exist_ok=True)
         gs.summary = summary = report.build(

@@ -1,7 +1,8 @@
 """An engine made slower on purpose, to prove what the gate can see (issue 12's validation).
 
 Put this folder first on the engine's PYTHONPATH and set LLMGATE_SLOWDOWN_US=N: every vLLM model
-step (``GPUModelRunner.execute_model``, which the CPU runner inherits) then waits N µs before its
+step (``GPUModelRunner.execute_model`` of the V1 runner, which the CPU runner inherits, and of
+the V2 runner) then waits N µs before its
 forward pass, in the engine's own process — the engine really is slower, not the client path.
 
 - On a GPU the wait is a kernel on the step's CUDA stream (``torch.cuda._sleep``), so it
@@ -21,7 +22,9 @@ import sys
 import time
 
 _US = float(os.environ.get("LLMGATE_SLOWDOWN_US", "0") or 0)
-_TARGET = "vllm.v1.worker.gpu_model_runner"
+# the V1 runner (the CPU runner inherits it) and the V2 runner (vllm.v1.worker.gpu.model_runner,
+# vLLM's default for plain decoder models on a GPU in 0.26): each has GPUModelRunner.execute_model
+_TARGETS = ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner")
 _state: dict = {}
 
 
@@ -68,20 +71,26 @@ def _patch(module) -> None:
     def execute_model(self, *args, **kwargs):
         import torch
 
-        if torch.cuda.is_available() and str(getattr(self, "device", "cuda")).startswith("cuda"):
+        on_gpu = torch.cuda.is_available() and str(getattr(self, "device", "cuda")).startswith("cuda")
+        # warm-up, profiling and CUDA-graph capture steps stay as they are (a kernel captured into a
+        # graph would be replayed on top of the wait)
+        if kwargs.get("dummy_run") or (on_gpu and torch.cuda.is_current_stream_capturing()):
+            return original(self, *args, **kwargs)
+        if on_gpu:
             _wait_gpu(torch)
         else:
             _wait_cpu()
         return original(self, *args, **kwargs)
 
     cls.execute_model = execute_model
-    print(f"llmgate slowdown: {cls.__name__}.execute_model waits {_US:g} µs per step (pid {os.getpid()})",
+    print(f"llmgate slowdown: {module.__name__}.{cls.__name__}.execute_model waits {_US:g} µs per step "
+          f"(pid {os.getpid()})",
           file=sys.stderr, flush=True)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != _TARGET:
+        if name not in _TARGETS:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
