@@ -322,9 +322,11 @@ class _Controller:
 
 
 async def _steady_streams(base_url: str, headers: dict[str, str], spec_: RequestSpec, concurrency: int,
-                          rate: float | None, timeout: float, tag: str, report, stop) -> list[Sample]:
+                          rate: float | None, timeout: float, tag: str, report, stop,
+                          stagger: tuple[float, int] = (0.0, 0)) -> list[Sample]:
     """``concurrency`` closed-loop streams (or, with ``rate``, Poisson arrivals at ``rate``/s) until
-    ``stop()``; each finished request goes to ``report(start, end, tokens, ok)``."""
+    ``stop()``; each finished request goes to ``report(start, end, tokens, ok)``.  ``stagger``
+    (seconds, index of this process's first stream): stream k starts k × seconds late."""
     prompts = _prompt_maker(spec_.tokenizer)
     samples: list[Sample] = []
     counter = iter(range(10**9))
@@ -339,10 +341,11 @@ async def _steady_streams(base_url: str, headers: dict[str, str], spec_: Request
             report(x.start, x.end, float(x.completion_tokens or 0) if x.ok else 0.0, x.ok)
 
         if rate is None:
-            async def loop() -> None:
+            async def loop(k: int) -> None:
+                await asyncio.sleep(stagger[0] * (stagger[1] + k))
                 while not stop():
                     await one()
-            await asyncio.gather(*(loop() for _ in range(concurrency)))
+            await asyncio.gather(*(loop(k) for k in range(concurrency)))
         else:
             rng = random.Random(f"llmgate-arrivals:{spec_.seed}:{tag}")
             tasks: set[asyncio.Task] = set()
@@ -379,10 +382,10 @@ def _steady_init(queue, stop_flag) -> None:
 
 
 def _steady_worker(base_url: str, headers: dict[str, str], spec_: RequestSpec, concurrency: int,
-                   rate: float | None, timeout: float, tag: str) -> list[Sample]:
+                   rate: float | None, timeout: float, tag: str, stagger: tuple[float, int]) -> list[Sample]:
     q, flag = _STEADY["queue"], _STEADY["stop"]
     return asyncio.run(_steady_streams(base_url, headers, spec_, concurrency, rate, timeout, tag,
-                                       lambda *a: q.put(a), flag.is_set))
+                                       lambda *a: q.put(a), flag.is_set, stagger))
 
 
 _STEADY_POOLS: dict[int, tuple[concurrent.futures.ProcessPoolExecutor, Any, Any]] = {}
@@ -423,6 +426,18 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
     workers = min(workers or client_workers(concurrency), concurrency)
     headers = handle.auth_headers()
     mode = "closed" if rate is None else "poisson"
+    # Closed-loop streams of one output length that all start together stay in lockstep: every
+    # request of a wave ends in the same step and the next wave's prefills land in one step.
+    # Seen on the H200 (8B shape, c=8): TTFT p50 32–64 ms from one window part to the next as
+    # the streams fell in and out of step.  So the streams start one request's time ÷ N apart
+    # (a lone probe request, part of the warm-up, gives that time) and keep their spacing.
+    probe: list[Sample] = []
+    stagger = 0.0
+    if rate is None and concurrency > 1:
+        probe = asyncio.run(_gather(handle.base_url, headers, [spec_.request(_prompt_maker(spec_.tokenizer), "probe", 0)],
+                                    1, timeout))
+        if probe[0].ok:
+            stagger = probe[0].e2e / concurrency
     t0 = time.perf_counter()
     ctl = _Controller(settings, concurrency, mode, rate, t0)
     if workers <= 1:
@@ -430,7 +445,7 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
             ctl.add(start, end, tokens, ok)
 
         samples = asyncio.run(_steady_streams(handle.base_url, headers, spec_, concurrency, rate, timeout, "s0",
-                                              report, lambda: ctl.stop_now(time.perf_counter())))
+                                              report, lambda: ctl.stop_now(time.perf_counter()), (stagger, 0)))
     else:
         import queue as queue_mod
 
@@ -443,7 +458,8 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
                 break
         shares = [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
         futures = [pool.submit(_steady_worker, handle.base_url, headers, spec_, shares[i],
-                               None if rate is None else rate / workers, timeout, f"s{i}") for i in range(workers)]
+                               None if rate is None else rate / workers, timeout, f"s{i}",
+                               (stagger, sum(shares[:i]))) for i in range(workers)]
         while not all(f.done() for f in futures):
             try:
                 ctl.add(*q.get(timeout=0.05))
@@ -453,13 +469,15 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
                 flag.set()
         samples = [x for f in futures for x in f.result()]
         samples.sort(key=lambda x: x.start)
+    samples = probe + samples
     wall = max((x.end for x in samples), default=t0) - t0
     if ctl.window_start is None or ctl.window_end is None:
         ctl.notes.append("no steady-state window was reached")
         ctl.window_start = ctl.window_start or t0
         ctl.window_end = ctl.window_end or (t0 + wall)
     res = SteadyResult(samples, wall, concurrency, label, mode=mode, rate=rate,
-                       window=(ctl.window_start, ctl.window_end), warmup=ctl.warmup_info(), notes=ctl.notes)
+                       window=(ctl.window_start, ctl.window_end), warmup={**ctl.warmup_info(), "stagger_s": round(stagger, 4)},
+                       notes=ctl.notes)
     if res.failures:
         handle.check_alive()
     return res

@@ -77,3 +77,19 @@ def test_poisson_arrivals_come_at_their_rate(stub, spec):
     sent = [x for x in res.samples if a <= x.start < b]
     assert 10 < len(sent) / (b - a) < 30            # 20 requests/s, Poisson
     assert stats.window_metrics(res)["ttft_p50"] < 0.05
+
+
+def test_closed_loop_streams_start_a_request_time_apart_and_stay_apart(stub, spec):
+    """Same-length requests that start together would stay in lockstep (every wave's prefills in one
+    step); the streams start one request's time ÷ N apart instead."""
+    res = load.steady(stub, spec, 4, SETTINGS, 30, workers=1)
+    stagger = res.warmup["stagger_s"]
+    assert 0.015 < stagger < 0.1                      # ~0.1 s a request ÷ 4
+    firsts = sorted(x.start for x in res.samples[1:5])  # after the probe: each stream's first request
+    gaps = [b - a for a, b in zip(firsts, firsts[1:])]
+    assert all(g > 0.5 * stagger for g in gaps)
+    # in the window the sends stay spread: no two within a tenth of the spacing, mostly
+    a, b = res.window
+    starts = sorted(x.start for x in res.samples if a <= x.start < b)
+    close = sum(1 for x, y in zip(starts, starts[1:]) if y - x < 0.1 * stagger)
+    assert close < len(starts) * 0.25
