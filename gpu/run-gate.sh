@@ -17,6 +17,8 @@
 #    and the engine's packages are never replaced.  The plugin is used from plugin/ (-p).
 # 3. Model: the matrix's config-only model folders go into $LLMGATE_CACHE (default .gpu-model/
 #    when carried, else made there by gpu/make-model.py).
+#    LLMGATE_SLOWDOWN_US=N: vLLM's launcher is wrapped to be N µs slower per model step
+#    (gpu/make-slow-launcher.sh: the gate's own sensitivity check; the fingerprint stays the same).
 # 4. pytest -m gpu --llmgate-matrix $LLMGATE_MATRIX (default matrices/gpu.toml; set and empty: no
 #    --llmgate-matrix, the embedded default's GPU entries) "$@", under
 #    `timeout -s INT $LLMGATE_DEADLINE_S` when that is set (pytest then stops cleanly, stops
@@ -56,6 +58,13 @@ else
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 fi
 export PYTHONUNBUFFERED=1
+# the gate's own sensitivity check: vLLM made slower by N µs per model step (tests/validation/slowdown)
+if [ -n "${LLMGATE_SLOWDOWN_US:-}" ]; then
+  LLMGATE_VLLM_PYTHON=$(gpu/make-slow-launcher.sh "$LLMGATE_SLOWDOWN_US")
+  export LLMGATE_VLLM_PYTHON
+  unset LLMGATE_SLOWDOWN_US
+  echo "vllm slowed by its launcher: $LLMGATE_VLLM_PYTHON"
+fi
 # install the carried engines now and run later (a call's carry limit may not fit every part with the run)
 [ -n "${LLMGATE_INSTALL_ONLY:-}" ] && exit 0
 

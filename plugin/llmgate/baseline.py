@@ -22,9 +22,10 @@ import pytest
 from .metrics import Metric
 
 EXTRA_KEY = "llmgate"
-SCHEMA_VERSION = 2          # 2: every entry carries a fingerprint
+SCHEMA_VERSION = 3          # 2: every entry carries a fingerprint; 3: values per boot ("boots") and a noise model
+READABLE_SCHEMAS = (2, 3)   # a schema-2 entry reads as one boot with no noise model
 # configuration fields that decide nothing about what is measured
-NOT_FINGERPRINTED = ("min_effect", "boot_timeout_s", "levers", "reference", "launcher")
+NOT_FINGERPRINTED = ("min_effect", "boot_timeout_s", "levers", "reference", "launcher", "boots")
 
 
 class BaselineError(ValueError):
@@ -83,6 +84,10 @@ def node_key(item: pytest.Item) -> str:
     """The test's id in stored baselines: its node id without the ``@group`` that pytest-xdist's
     ``--dist loadgroup`` appends, so that runs with and without xdist compare with each other."""
     nodeid = item.nodeid
+    callspec = getattr(item, "callspec", None)
+    boot = callspec.params.get("llmgate_boot") if callspec else None
+    if boot is not None:          # one stored entry spans the boots of a run: test[entry-boot2] → test[entry]
+        nodeid = nodeid.replace(f"-boot{boot}]", "]")
     mark = item.get_closest_marker("xdist_group")
     if mark is not None:
         group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
@@ -212,9 +217,11 @@ def hide_benchmark_table(config: pytest.Config) -> int:
     return len(hidden)
 
 
-def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extra: dict[str, Any]):
-    """Add one metric of ``item`` to pytest-benchmark's results; returns the entry (None when
-    benchmarks are disabled)."""
+def store(item: pytest.Item, metric: Metric, key: str, boots: list[list[float]], extra: dict[str, Any],
+          noise: dict[str, Any] | None = None):
+    """Add one metric of ``item`` to pytest-benchmark's results: its repeat values per boot and the
+    noise model they give; returns the entry (None when benchmarks are disabled)."""
+    values = [v for b in boots for v in b]
     from pytest_benchmark.fixture import BenchmarkFixture
 
     bs = benchmark_session(item.config)
@@ -226,7 +233,8 @@ def store(item: pytest.Item, metric: Metric, key: str, values: list[float], extr
     fx.fullname = f"{node_key(item)}::{key}"
     fx.group = f"{metric.label} [{metric.unit}; stored as {'1/x' if metric.better == 'higher' else 'x'}]"
     fx.extra_info = {EXTRA_KEY: {"schema": SCHEMA_VERSION, "metric": metric.name, "key": key, "unit": metric.unit,
-                                 "better": metric.better, "values": list(values), **extra}}
+                                 "better": metric.better, "values": list(values),
+                                 "boots": [list(b) for b in boots], "noise": noise, **extra}}
     meta = fx._make_stats(1)
     for v in values:
         meta.stats.update(metric.cost(v))
@@ -312,6 +320,26 @@ def baseline_values(bench: dict[str, Any]) -> list[float] | None:
     return [float(v) for v in info["values"]]
 
 
+def baseline_boots(bench: dict[str, Any]) -> list[list[float]] | None:
+    """A stored entry's repeat values per boot (schema 2: all of them as one boot)."""
+    info = (bench.get("extra_info") or {}).get(EXTRA_KEY)
+    if not isinstance(info, dict):
+        return None
+    if isinstance(info.get("boots"), list) and info["boots"]:
+        return [[float(v) for v in b] for b in info["boots"]]
+    values = baseline_values(bench)
+    return [values] if values else None
+
+
+def baseline_noise(bench: dict[str, Any]):
+    """The noise model stored with an entry (None for schema 2 or a single boot without one)."""
+    from .stats import Noise
+
+    info = (bench.get("extra_info") or {}).get(EXTRA_KEY) or {}
+    noise = Noise.from_dict(info.get("noise"))
+    return noise if noise is not None and noise.df >= 1 else None
+
+
 # -- files -------------------------------------------------------------------------------------
 STORED_FILE_GLOBS = ("[0-9][0-9][0-9][0-9]_*.json", "*/[0-9][0-9][0-9][0-9]_*.json")
 
@@ -352,9 +380,9 @@ def validate_file(path: Path) -> None:
         if not isinstance(info, dict):
             raise bad(f"{where}: extra_info.{EXTRA_KEY} is not an object")
         schema = info.get("schema")
-        if schema != SCHEMA_VERSION:
-            raise bad(f"{where}: llmgate schema {schema!r}, this llmgate reads schema {SCHEMA_VERSION} "
-                      f"(record a new baseline)")
+        if schema not in READABLE_SCHEMAS:
+            raise bad(f"{where}: llmgate schema {schema!r}, this llmgate reads schemas "
+                      f"{', '.join(map(str, READABLE_SCHEMAS))} (record a new baseline)")
         values = info.get("values")
         if (not isinstance(values, list) or not values
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
@@ -364,6 +392,11 @@ def validate_file(path: Path) -> None:
         fp = info.get("fingerprint")
         if not isinstance(fp, dict) or not {"device", "model_hash", "config", "engine"} <= set(fp):
             raise bad(f"{where}: no fingerprint (device, model_hash, config, engine)")
+        boots = info.get("boots")
+        if schema >= 3 and (not isinstance(boots, list) or not boots or not all(
+                isinstance(b, list) and b and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in b)
+                for b in boots)):
+            raise bad(f"{where}: 'boots' must be a non-empty list of non-empty lists of numbers")
 
 
 def validate_storage(root: Path) -> list[Path]:

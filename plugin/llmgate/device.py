@@ -231,15 +231,16 @@ def decode_roofline(model: Path | str, dtype: str, quantization: str | None, dec
 
 
 class GpuSampler:
-    """Memory used and utilisation of every visible GPU, sampled in a thread while a scenario runs
-    (``with GpuSampler() as g: ...; g.summary()``).  Does nothing without a GPU."""
+    """Memory used, utilisation, SM and memory clocks, temperature, power and throttle reasons of
+    every visible GPU, sampled in a thread while a scenario runs (``with GpuSampler() as g: ...;
+    g.summary()``).  Reads only: the gate never changes a GPU's settings.  Does nothing without a GPU."""
 
     def __init__(self, interval: float = 0.2, enabled: bool = True):
         import threading
 
         self.interval = interval
         self.enabled = enabled and why_no_gpu() is None
-        self.samples: list[tuple[int, int, int]] = []    # (NVML index, memory used bytes, utilisation %)
+        self.samples: list[dict[str, Any]] = []
         self.indices = visible_gpus() if self.enabled else []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="llmgate-gpu-sampler")
@@ -250,11 +251,20 @@ class GpuSampler:
         for i in self.indices:
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             try:
-                used = pynvml.nvmlDeviceGetMemoryInfo(h).used
-                util = pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+                s: dict[str, Any] = {"index": i, "used": int(pynvml.nvmlDeviceGetMemoryInfo(h).used),
+                                     "util": int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)}
             except pynvml.NVMLError:
                 continue
-            self.samples.append((i, int(used), int(util)))
+            for name, read in (("sm_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                               ("mem_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+                               ("temp_c", lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+                               ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                               ("throttle", lambda: _throttle_reasons(pynvml, h))):
+                try:
+                    s[name] = read()
+                except (pynvml.NVMLError, AttributeError):
+                    pass
+            self.samples.append(s)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -272,11 +282,106 @@ class GpuSampler:
             self._thread.join(5)
 
     def summary(self) -> dict[str, Any]:
-        """Per GPU: memory used at the start and at its peak (bytes), utilisation mean and max (%)."""
-        out: dict[str, Any] = {}
-        for i in sorted({s[0] for s in self.samples}):
-            mine = [s for s in self.samples if s[0] == i]
-            out[str(i)] = {"memory_used_start": mine[0][1], "memory_used_peak": max(s[1] for s in mine),
-                           "utilization_mean": sum(s[2] for s in mine) / len(mine),
-                           "utilization_max": max(s[2] for s in mine), "samples": len(mine)}
-        return out
+        return summarize_samples(self.samples)
+
+
+# NVML's clock event ("throttle") reason bits; GPU idle and an application-clock setting say
+# nothing about a measurement, the others (power cap, thermal, sync boost…) do
+_THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                  0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+                  0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+_HARMLESS = {"gpu_idle", "applications_clocks_setting"}
+
+
+def _throttle_reasons(pynvml, h) -> int:
+    read = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(read(h))
+
+
+def throttle_names(mask: int) -> list[str]:
+    return [name for bit, name in _THROTTLE_BITS.items() if mask & bit]
+
+
+def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per GPU: memory used at the start and at its peak (bytes), utilisation mean and max (%),
+    SM and memory clocks (min, median, max MHz), temperature max, power mean, and every throttle
+    reason seen (with the share of samples it was on)."""
+    from .stats import median
+
+    out: dict[str, Any] = {}
+    for i in sorted({s["index"] for s in samples}):
+        mine = [s for s in samples if s["index"] == i]
+        g: dict[str, Any] = {"memory_used_start": mine[0]["used"], "memory_used_peak": max(s["used"] for s in mine),
+                             "utilization_mean": sum(s["util"] for s in mine) / len(mine),
+                             "utilization_max": max(s["util"] for s in mine), "samples": len(mine)}
+        for k in ("sm_mhz", "mem_mhz"):
+            vals = [s[k] for s in mine if k in s]
+            if vals:
+                g[k] = {"min": min(vals), "median": median(vals), "max": max(vals)}
+        temps = [s["temp_c"] for s in mine if "temp_c" in s]
+        if temps:
+            g["temp_c_max"] = max(temps)
+        power = [s["power_w"] for s in mine if "power_w" in s]
+        if power:
+            g["power_w_mean"] = round(sum(power) / len(power), 1)
+        seen: dict[str, int] = {}
+        for s in mine:
+            for name in throttle_names(s.get("throttle", 0)):
+                seen[name] = seen.get(name, 0) + 1
+        g["throttle"] = {k: round(v / len(mine), 3) for k, v in sorted(seen.items())}
+        out[str(i)] = g
+    return out
+
+
+def sampling_notes(summary: dict[str, Any], what: str) -> list[str]:
+    """One line per GPU for the report, and a warning when its clocks moved or it throttled."""
+    lines = []
+    for i, g in summary.items():
+        line = (f"GPU {i} during {what}: memory {g['memory_used_start'] / 2**30:.1f} → peak "
+                f"{g['memory_used_peak'] / 2**30:.1f} GiB; utilisation mean {g['utilization_mean']:.0f}%")
+        sm = g.get("sm_mhz")
+        if sm:
+            line += f"; SM clock {sm['min']}–{sm['max']} MHz (median {sm['median']:.0f})"
+        if "temp_c_max" in g:
+            line += f"; max {g['temp_c_max']} °C"
+        if "power_w_mean" in g:
+            line += f"; {g['power_w_mean']:.0f} W mean"
+        lines.append(line)
+        bad = {k: v for k, v in g.get("throttle", {}).items() if k not in _HARMLESS}
+        if sm and sm["max"] and (sm["max"] - sm["min"]) / sm["max"] > 0.05:
+            lines.append(f"GPU {i} during {what}: SM clock moved {sm['min']}–{sm['max']} MHz (more than 5%): "
+                         f"figures from this window carry that")
+        if bad:
+            lines.append(f"GPU {i} during {what}: throttled (" + ", ".join(f"{k} {v:.0%} of samples"
+                                                                        for k, v in bad.items()) + ")")
+    return lines
+
+
+# -- the regime: which side of the machine limits a configuration -------------------------
+GPU_BOUND_EFFICIENCY = 0.5     # decode at batch 1 reaching half the bandwidth roofline
+
+
+def classify(device_kind: str, roofline: dict[str, Any] | None, gpu_sampling: dict[str, Any] | None,
+             engine_cpu: dict[str, Any] | None) -> dict[str, Any]:
+    """GPU-bound or host-bound, from what the decode window measured.
+
+    At batch 1 a decode step reads every weight once, so a GPU-bound engine runs near the
+    memory-bandwidth roofline (an 8B shape on the H200: ~70%); a small model on a big card leaves
+    the GPU waiting on the host between steps (the 1.7B shape: ~28%), and its boots then differ
+    by what the host does (5–10% CV seen, against under 1% GPU-bound).  The engine's busiest
+    process near a full core and a low GPU utilisation are shown as the evidence."""
+    ev: dict[str, Any] = {}
+    if engine_cpu:
+        ev["busiest_engine_process"] = engine_cpu.get("busiest")
+        ev["busiest_cpu_share"] = engine_cpu.get("busiest_share")
+    if device_kind != "gpu":
+        return {"regime": "cpu", **ev}
+    if gpu_sampling:
+        ev["gpu_utilization_mean"] = round(sum(g["utilization_mean"] for g in gpu_sampling.values())
+                                           / len(gpu_sampling), 1)
+    if not roofline:
+        return {"regime": "unknown (no roofline: model not sized or no bandwidth figure)", **ev}
+    ev["roofline_efficiency"] = round(roofline["efficiency"], 4)
+    kind = "gpu-bound" if roofline["efficiency"] >= GPU_BOUND_EFFICIENCY else "host-bound"
+    return {"regime": kind, **ev}

@@ -71,6 +71,7 @@ class ServerConfig:
     launcher: str | None = None           # the engine's interpreter / binary (default: this Python, or PATH)
     levers: tuple[str, ...] = ("gate",)   # scenarios this entry takes part in (LEVERS)
     reference: str | None = None          # id of the entry it is compared with (same model, lever off)
+    boots: int | None = None              # boots a run spans (default: --llmgate-boots, else 3 on a GPU, 1 on the CPU)
     source: str = dataclasses.field(default="", compare=False)
 
     def __hash__(self) -> int:
@@ -109,6 +110,40 @@ class Scenarios:
     # (seen on the H200: vLLM booted at its own fp8 estimate, 160,208 tokens, and left the request
     # waiting at 0% KV usage for minutes)
     probe_verify_timeout_s: float = 180.0
+    # steady-state windows of the gate's load scenarios (decode, concurrency, sweep, arrival rate):
+    # None takes the device's default (STEADY_DEFAULTS): a GPU measures longer than CI's CPU can
+    window_s: float | None = None              # the measured window lasts at least this long …
+    window_requests: int | None = None         # … and holds at least this many requests (c > 1)
+    decode_window_requests: int | None = None  # … or this many at c = 1 (long generations)
+    window_max_s: float | None = None          # cap of a window that has not reached its requests
+    warmup_segment_s: float | None = None      # warm-up segments whose throughput must stop rising
+    warmup_max_s: float | None = None          # cap of the warm-up
+    arrival_rate: float | None = None          # requests/s of the Poisson-arrival scenario
+
+    def steady(self, device: str, concurrency: int) -> dict[str, float]:
+        """The steady-state settings (``llmgate.load.Steady`` fields) of a load at ``concurrency``."""
+        d = {k: (getattr(self, k) if getattr(self, k) is not None else v)
+             for k, v in STEADY_DEFAULTS[device].items()}
+        return {"min_s": d["window_s"],
+                "min_requests": int(d["decode_window_requests"] if concurrency == 1 else d["window_requests"]),
+                "max_s": max(d["window_max_s"], d["window_s"]), "warm_segment_s": d["warmup_segment_s"],
+                "warm_max_s": d["warmup_max_s"]}
+
+    def rate(self, device: str) -> float:
+        return self.arrival_rate if self.arrival_rate is not None else STEADY_DEFAULTS[device]["arrival_rate"]
+
+
+# Seen on the H200 (issue 12): vLLM's own benchmark needs ~13 s a run for two runs of one boot to
+# agree within 3.5% at c=8, while the gate's old 0.4 s waves spread 14–22%.  The CPU's figures
+# keep CI's time: a 2-core machine swings ±25–40% between boots whatever the window.
+STEADY_DEFAULTS: dict[str, dict[str, float]] = {
+    "gpu": {"window_s": 10.0, "window_requests": 256, "decode_window_requests": 8, "window_max_s": 40.0,
+            "warmup_segment_s": 1.0, "warmup_max_s": 20.0, "arrival_rate": 16.0},
+    "cpu": {"window_s": 5.0, "window_requests": 16, "decode_window_requests": 3, "window_max_s": 20.0,
+            "warmup_segment_s": 1.5, "warmup_max_s": 12.0, "arrival_rate": 2.0},
+}
+_SCENARIO_NUMBERS = {"window_s": float, "window_requests": int, "decode_window_requests": int, "window_max_s": float,
+                     "warmup_segment_s": float, "warmup_max_s": float, "arrival_rate": float}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +192,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "load_format": (str, _NONE), "tokenizer": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
     "port": (int, _NONE),
     "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE), "launcher": (str, _NONE),
+    "boots": (int, _NONE),
 }
 
 
@@ -239,8 +275,8 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         spec = merged.get("speculative")
         if spec is not None and "method" not in spec:
             raise MatrixError(f"{where}: {label}: key 'speculative' needs a 'method'")
-        for k in ("max_model_len", "tensor_parallel"):
-            if k in merged and merged[k] < 1:
+        for k in ("max_model_len", "tensor_parallel", "boots"):
+            if merged.get(k) is not None and merged[k] < 1:
                 raise MatrixError(f"{where}: {label}: key {k!r} must be at least 1")
         _check_gpu_budget(merged, f"{where}: {label}")
         model = merged["model"]
@@ -295,6 +331,14 @@ def _scenarios(raw: dict[str, Any], where: str) -> Scenarios:
         if k not in fields:
             raise MatrixError(f"{where}: scenarios: unknown key {k!r} (allowed: {', '.join(sorted(fields))})")
         default = getattr(Scenarios(), k)
+        if k in _SCENARIO_NUMBERS:
+            kind = _SCENARIO_NUMBERS[k]
+            if (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0
+                    or (kind is int and not isinstance(v, int))):
+                raise MatrixError(f"{where}: scenarios: key {k!r} must be a positive "
+                                  f"{'integer' if kind is int else 'number'}")
+            values[k] = kind(v)
+            continue
         if isinstance(default, tuple):
             if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
                 raise MatrixError(f"{where}: scenarios: key {k!r} must be a non-empty list of positive integers")

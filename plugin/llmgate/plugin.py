@@ -21,7 +21,8 @@ from .load import PromptMaker
 from .samples import LoadResult
 from .matrix import Matrix, MatrixError, ServerConfig
 from .server import BootError, Server, ServerDied, ServerHandle
-from .verdict import DEFAULT_ALPHA, REFUSED, REGRESSED, UNCHANGED, Verdict, judge
+from .stats import Noise, median
+from .verdict import DEFAULT_ALPHA, REFUSED, REGRESSED, UNCHANGED, Verdict, judge, judge_boots
 
 GATE_KEY = pytest.StashKey["Gate"]()
 PYTEST_BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
@@ -38,6 +39,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="measured repeats per scenario after warm-up (default 5)")
     g.addoption("--llmgate-warmup", type=int, default=None, metavar="N",
                 help="warm-up requests per scenario, not measured (default 1)")
+    g.addoption("--llmgate-boots", type=int, default=None, metavar="K",
+                help="boots of each matrix entry that the steady-state scenarios measure (default: the entry's "
+                     "`boots`, else 3 on a GPU and 1 on the CPU); each boot gives one value per metric and "
+                     "verdicts compare boot values with the stored baseline's")
     g.addoption("--llmgate-concurrency", type=int, default=None, metavar="N",
                 help="concurrency of the concurrency test (default 8)")
     g.addoption("--llmgate-request-timeout", type=float, default=None, metavar="S",
@@ -76,6 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 class Settings:
     repeats: int = 5
     warmup: int = 1
+    boots: int | None = None
     concurrency: int = 8
     request_timeout: float = 300.0
     alpha: float = DEFAULT_ALPHA
@@ -107,6 +113,7 @@ class Settings:
             return default if v is None else v
 
         s = cls(repeats=opt("llmgate_repeats", d.repeats), warmup=opt("llmgate_warmup", d.warmup),
+                boots=config.getoption("llmgate_boots"),
                 concurrency=opt("llmgate_concurrency", d.concurrency),
                 request_timeout=opt("llmgate_request_timeout", d.request_timeout),
                 alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect,
@@ -116,6 +123,8 @@ class Settings:
                 ab_rounds=config.getoption("llmgate_ab_rounds"),
                 determinism=config.getoption("llmgate_determinism"),
                 hypothesis_examples=config.getoption("llmgate_hypothesis_examples"))
+        if s.boots is not None and s.boots < 1:
+            raise pytest.UsageError("--llmgate-boots must be >= 1")
         if s.repeats < 1 or s.concurrency < 1 or s.warmup < 0:
             raise pytest.UsageError("--llmgate-repeats and --llmgate-concurrency must be >= 1, --llmgate-warmup >= 0")
         return s
@@ -142,6 +151,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "lever(name): the test measures a lever scenario; it runs only on matrix "
                                        "entries whose `levers` list the name (others skip, with the reason, before any boot)")
     config.addinivalue_line("markers", "ab: A/B mode test; runs only with --llmgate-ab A=... --llmgate-ab B=...")
+    config.addinivalue_line("markers", "boots: the test measures each of its entry's K boots (--llmgate-boots): "
+                                       "test[entry-bootK] on the K-th; its metrics are judged after the last boot")
     config.addinivalue_line("markers", "llmgate(min_effect=None): per-test llmgate settings, "
                                        "e.g. min_effect={'ttft_p95': 0.2}")
     # pytest-benchmark stores under baselines/ unless the user chose a storage.
@@ -279,6 +290,30 @@ class GateSession:
         self.started = time.time()
         self.worker_boots: dict[str, list[dict[str, Any]]] = {}     # pytest-xdist controller: the workers'
         self.worker_verdicts: list[dict[str, Any]] = []
+        self.rounds: dict[str, int] = {}            # entry → which of its K measurement boots is up
+        # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
+        self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+        self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
+        self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
+
+    def boots_for(self, cfg: ServerConfig) -> int:
+        """How many boots a run of this entry spans."""
+        if self.settings.boots is not None:
+            return self.settings.boots
+        if cfg.boots is not None:
+            return cfg.boots
+        return 3 if cfg.device == "gpu" else 1
+
+    def ensure_round(self, cfg: ServerConfig, k: int) -> None:
+        """Measurement boot ``k`` of this entry is up: reboot until it is (boots go forward only)."""
+        current = self.rounds.setdefault(cfg.id, 1)
+        while current < k:
+            handle = self.reboot(cfg)
+            if handle is None:
+                break
+            current += 1
+            self.rounds[cfg.id] = current
+            say(self.config, f"llmgate: {cfg.id}: measurement boot {current} of {self.boots_for(cfg)}")
 
     @property
     def matrix(self) -> Matrix:
@@ -468,23 +503,49 @@ class Gate:
             engine = {"engine": cfg.engine} if cfg else None
         return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine)
 
+    def measurement_boot(self) -> tuple[int, int] | None:
+        """(k, K): this test measures boot k of its entry's K (tests marked ``boots``); None otherwise."""
+        cfg = self.config_entry
+        callspec = getattr(self.item, "callspec", None)
+        k = callspec.params.get("llmgate_boot") if callspec else None
+        if cfg is None or k is None:
+            return None
+        return int(k), self.session.boots_for(cfg)
+
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
-               raw: dict[str, Any] | None = None, **info: Any) -> Verdict:
-        """Store ``values`` (repeat-level measurements in the metric's natural unit) and judge them
-        against the stored baseline, if one is being compared with and its fingerprint matches."""
+               raw: dict[str, Any] | None = None, **info: Any) -> Verdict | None:
+        """Record ``values``: this boot's repeat-level measurements in the metric's natural unit.
+
+        In a test marked ``boots`` whose entry spans K boots, boots 1 … K−1 only keep their values
+        (None is returned); on boot K all K go into the baseline store as one entry and are judged
+        against the stored baseline's boots, if one is compared with and its fingerprint matches."""
         values = [float(v) for v in values]
         if not values:
             raise ValueError(f"{metric.name}: no values to record")
         key = metric.name + (f"@{variant}" if variant else "")
         cfg = self.config_entry
+        test = getattr(self.item, "originalname", self.item.name)
+        boots, mb = [values], self.measurement_boot()
+        if mb is not None and cfg is not None:
+            k, n_boots = mb
+            slot = (cfg.id, test, key)
+            self.session.boot_values.setdefault(slot, {})[k] = values
+            self.session.boot_raw.setdefault(slot, {})[k] = raw
+            if k < n_boots:
+                self.session.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}: {metric.display(median(values))} "
+                                 f"(median of {len(values)}); judged after boot {n_boots}")
+                return None
+            done = self.session.boot_values[slot]
+            boots = [done[i] for i in sorted(done)]
+            if any(self.session.boot_raw[slot].get(i) is not None for i in done):
+                raw = {"boots": [self.session.boot_raw[slot].get(i) for i in sorted(done)]}
         fp = self.fingerprint()
         extra = {**self.provenance(), **info, "fingerprint": fp}
         if raw is not None:
             extra["raw"] = raw
-        self.stored.append(baseline_store.store(self.item, metric, key, values, extra))
         base = baseline_store.baseline(self.item.config, baseline_store.node_key(self.item), key, fp,
                                        self.session.settings.allow_mismatch)
-        base_values = baseline_store.baseline_values(base[1]) if base else None
+        base_boots = baseline_store.baseline_boots(base[1]) if base else None
         notes, refused = [], []
         if base is None:
             why = baseline_store.why_no_baseline(self.item.config, baseline_store.node_key(self.item), key, fp)
@@ -492,21 +553,28 @@ class Gate:
                 notes.append(why)
                 self.session.note_once(f"{cfg.id if cfg else self.item.name}: {why}")
         if base is not None:
-            base_fp = base[1]["extra_info"][baseline_store.EXTRA_KEY].get("fingerprint") or {}
+            base_info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
+            base_fp = base_info.get("fingerprint") or {}
             refused = baseline_store.fingerprint_mismatch(base_fp, fp)
             change = baseline_store.engine_change(base_fp, fp)
             if change:
                 notes.append(change)
+            if base_info.get("schema", baseline_store.SCHEMA_VERSION) < 3:
+                notes.append("baseline of schema 2: its values read as one boot without a noise model "
+                             "(re-record it with --benchmark-save and --llmgate-boots)")
             if refused and self.session.settings.allow_mismatch:
                 notes.append("NOT COMPARABLE, compared anyway (--llmgate-allow-mismatch): " + "; ".join(refused))
                 self.item.warn(pytest.PytestWarning(f"{key}: compared with a baseline from another setup: "
                                                     + "; ".join(refused)))
                 refused = []
-        verdict = judge(metric, key, cfg.id if cfg else self.item.name, values, None if refused else base_values,
-                        self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
-                        base[0] if base else None)
-        verdict = dataclasses.replace(verdict, test=getattr(self.item, "originalname", self.item.name),
-                                      note="; ".join(notes))
+        prior = baseline_store.baseline_noise(base[1]) if base is not None and not refused else None
+        verdict = judge_boots(metric, key, cfg.id if cfg else self.item.name, boots, None if refused else base_boots,
+                              self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
+                              base[0] if base else None, prior=prior)
+        noise = Noise.of(boots).pooled(prior)
+        self.stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
+        regime = self.session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
+        verdict = dataclasses.replace(verdict, test=test, note="; ".join(notes), regime=regime)
         base_raw = base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw") if base is not None else None
         if raw is not None or base_raw is not None:
             self.session.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
@@ -613,6 +681,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         entries = session.matrix.entries
     except MatrixError as e:
         pytest.fail(str(e), pytrace=False)
+    per_boot = metafunc.definition.get_closest_marker("boots") is not None
+    if per_boot:
+        params = [pytest.param(cfg, k, id=cfg.id if session.boots_for(cfg) == 1 else f"{cfg.id}-boot{k}",
+                               marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
+                  for cfg in entries for k in range(1, session.boots_for(cfg) + 1)]
+        metafunc.parametrize(("llmgate_config", "llmgate_boot"), params, scope="session")
+        return
     params = [pytest.param(cfg, id=cfg.id, marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
               for cfg in entries]
     metafunc.parametrize("llmgate_config", params, scope="session")
@@ -656,6 +731,23 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # tests that boot their own servers run after every test that shares the session's servers,
     # so those boot once per session and never run beside a probe's server
+    # an entry's K measurement boots go forward: every test on boot 1 (those measured once
+    # included), then the per-boot tests on boot 2, … (a stable sort: the order stays otherwise)
+    def boot_of(item: pytest.Item) -> int:
+        callspec = getattr(item, "callspec", None)
+        return int(callspec.params.get("llmgate_boot") or 1) if callspec else 1
+
+    if any(boot_of(i) > 1 for i in items):
+        entry_pos: dict[str, int] = {}
+        for i in items:
+            cfg = getattr(i, "callspec", None) and i.callspec.params.get("llmgate_config")
+            if cfg is not None:
+                entry_pos.setdefault(cfg.id, len(entry_pos))
+        def key(pair):
+            n, i = pair
+            cfg = getattr(i, "callspec", None) and i.callspec.params.get("llmgate_config")
+            return (entry_pos[cfg.id], boot_of(i), n) if cfg is not None else (-1, 0, n)
+        items[:] = [i for _, i in sorted(enumerate(items), key=key)]
     exclusive = [i for i in items if "llmgate_exclusive" in getattr(i, "fixturenames", ())]
     if exclusive:
         items[:] = [i for i in items if i not in exclusive] + exclusive
@@ -684,9 +776,18 @@ def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
         llmgate_session.shutdown(llmgate_config.id)
 
 
+@pytest.fixture(scope="session")
+def llmgate_boot() -> int | None:
+    """Which of the entry's measurement boots a test measures (tests marked ``boots``); None: the one up."""
+    return None
+
+
 @pytest.fixture
-def llmgate_server(_llmgate_booted: ServerHandle) -> ServerHandle:
-    """The running server of this test's matrix entry (booted once per session)."""
+def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: int | None, llmgate_session: GateSession) -> ServerHandle:
+    """The running server of this test's matrix entry (booted once per session, and once per
+    measurement boot for tests marked ``boots``)."""
+    if llmgate_boot is not None and _llmgate_booted.alive():
+        llmgate_session.ensure_round(_llmgate_booted.config, llmgate_boot)
     if not _llmgate_booted.alive():
         pytest.fail(f"{_llmgate_booted.config.id}: the server died earlier in this session (exit code "
                     f"{_llmgate_booted.process.poll()}); last lines of {_llmgate_booted.log_path}:\n"
@@ -730,6 +831,9 @@ def pytest_runtest_call(item: pytest.Item):
                     f"compare anyway):\n{lines}", pytrace=False)
     if not g.regressions:
         return result
+    mb = g.measurement_boot()
+    if mb is not None and mb[1] > 1:
+        g.confirm = False           # the verdict spans the entry's boots already
     if not (g.session.settings.confirm and g.confirm):
         _fail_regressed(g.regressions, "")
     first = g.start_confirmation()
@@ -776,6 +880,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     for cid in list(gs.servers):
         gs.shutdown(cid)
     argv = list(session.config.invocation_params.args)
+    # the regime is known once an entry's decode window ran, maybe after its other verdicts
+    gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
+                      if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
+    single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if "lower bound" in v.mde_basis})
+    if single:
+        gs.notes.append(f"{len(single)} verdict(s) compared one boot a side ({', '.join(single[:4])}"
+                        f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
+                        f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
+                        f"baseline with --llmgate-boots 2 or more")
     if gs.verdicts or gs.boots:
         gs.out_dir.mkdir(parents=True, exist_ok=True)
         gs.summary = summary = report.build(

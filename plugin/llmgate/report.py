@@ -27,13 +27,15 @@ def verdict_rows(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[list[str]
         m = metrics_mod.get(v["key"])
         now, base = v["now"], v["baseline"]
         spread = f"{m.display(now['min'])} – {m.display(now['max'])}" if now["n"] > 1 else ""
+        boots = (v.get("boots") or {}).get("now") or 0
+        n = f"{boots}×{len(now['values']) // boots}" if boots > 1 and now.get("values") else str(len(now.get("values") or []) or now["n"])
         rows.append([
             v["config"], v["test"].removeprefix("test_"),
             f"{m.label}" + (f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""),
-            m.display(now["median"]), spread, str(now["n"]),
+            m.display(now["median"]), spread, n,
             m.display(base["median"]) if base else "—",
             f"{v['change']:+.1%}" if v["change"] is not None else "—",
-            status_text(v),
+            mde_cell(v), status_text(v), v.get("regime") or "",
         ])
     return rows
 
@@ -45,9 +47,20 @@ def status_text(v: dict[str, Any]) -> str:
     return v["status"]
 
 
+def mde_cell(v: dict[str, Any]) -> str:
+    """The minimum detectable effect of a verdict, "≥" when it is a lower bound, "!" when it is
+    above the metric's minimum effect."""
+    mde = v.get("mde")
+    if mde is None:
+        return "—"
+    lower = "lower bound" in (v.get("mde_basis") or "")
+    return ("≥" if lower else "") + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
+
+
 def verdict_table(verdicts: Iterable[Verdict | dict[str, Any]]) -> str:
     return tabulate(verdict_rows(verdicts),
-                    headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "verdict"],
+                    headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "MDE",
+                             "verdict", "regime"],
                     tablefmt="github")
 
 
@@ -77,6 +90,10 @@ def _verdict_dict(v: Verdict, configs: Callable[[str], dict[str, Any] | None],
         "now": {**v.now.as_dict(), "values": list(v.samples)},
         "baseline": {**v.baseline.as_dict(), "values": list(v.baseline_samples)} if v.baseline else None,
         "raw": r.get("now"), "baseline_raw": r.get("baseline"),
+        "mde": v.mde, "mde_basis": v.mde_basis, "boots_needed": v.boots_needed,
+        "boots": {"baseline": v.boots[0], "now": v.boots[1]},
+        "boot_values": list(v.boot_values), "baseline_boot_values": list(v.baseline_boot_values),
+        "noise": v.noise.as_dict() if v.noise is not None else None, "regime": v.regime,
     }
 
 
@@ -176,8 +193,8 @@ def markdown(rep: dict[str, Any]) -> str:
     for v in rep["verdicts"]:
         by_test.setdefault(v["test"].removeprefix("test_"), []).append(v)
     for test, vs in by_test.items():
-        lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | verdict |",
-                  "|---|---|---|---|---|---|"]
+        lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | MDE | verdict | regime |",
+                  "|---|---|---|---|---|---|---|---|"]
         for v in sorted(vs, key=lambda v: (v["config"], v["key"])):
             m = metrics_mod.get(v["key"])
             suffix = f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""
@@ -187,7 +204,7 @@ def markdown(rep: dict[str, Any]) -> str:
                 change += f" ({v['ci95'][0]:+.0%} … {v['ci95'][1]:+.0%})"
             status = {REGRESSED: "**regressed**", IMPROVED: "improved"}.get(v["status"], status_text(v))
             lines.append(f"| {v['config']} | {v['label']}{suffix} ({v['better']} is better) | {base} | "
-                         f"{m.display(v['now']['median'])} | {change} | {status} |")
+                         f"{m.display(v['now']['median'])} | {change} | {mde_cell(v)} | {status} | {v.get('regime') or ''} |")
         lines.append("")
     if rep["notes"]:
         lines += ["### Notes", ""] + [f"- {n}" for n in rep["notes"]] + [""]

@@ -72,6 +72,18 @@ class Sample:
                 out.append(gap / k)
         return out
 
+    def token_times(self) -> list[tuple[float, float]]:
+        """(time, tokens) per token-carrying chunk, on the perf_counter clock (comparable between
+        the processes of one machine)."""
+        per = self._per_chunk_tokens()
+        if not per:
+            return []
+        return [(self.start + off, k) for off, k in zip(self.chunk_offsets, per)]
+
+    @property
+    def end(self) -> float:
+        return self.start + self.e2e
+
     @property
     def decode_tokens(self) -> float | None:
         per = self._per_chunk_tokens()
@@ -147,3 +159,43 @@ class LoadResult:
             "completion_tokens": [s.completion_tokens for s in self.samples],
             "errors": [s.error for s in self.samples if s.error],
         }
+
+
+@dataclasses.dataclass
+class SteadyResult(LoadResult):
+    """A steady-state run: streams kept busy (closed loop: ``concurrency`` always in flight; or
+    requests arriving at a fixed Poisson ``rate``) through a discarded warm-up, a measured window
+    and a drain.  ``samples`` holds every request; figures come from the window only:
+    tokens emitted inside it, and requests that lived inside it (sent after it opened, ended
+    before it closed)."""
+
+    mode: str = "closed"                           # "closed" | "poisson"
+    rate: float | None = None                      # requests/s (poisson)
+    window: tuple[float, float] = (0.0, 0.0)       # perf_counter times
+    warmup: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    observed: dict[str, Any] = dataclasses.field(default_factory=dict)   # GPU clocks, engine CPU… during the run
+
+    @property
+    def window_s(self) -> float:
+        return self.window[1] - self.window[0]
+
+    def lived_in(self, a: float, b: float) -> list[Sample]:
+        """Successful requests sent in [a, b) that ended before the window closed."""
+        return [s for s in self.ok if a <= s.start < b and s.end <= self.window[1]]
+
+    def tokens_between(self, a: float, b: float) -> float:
+        return sum(k for s in self.ok for t, k in s.token_times() if a <= t < b)
+
+    def window_info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "concurrency": self.concurrency, "rate": self.rate,
+                "window_s": round(self.window_s, 3), "requests_in_window": len(self.lived_in(*self.window)),
+                "requests_total": len(self.samples), "warmup": self.warmup, "notes": list(self.notes)}
+
+    def raw(self) -> dict[str, Any]:
+        t0 = min((s.start for s in self.samples), default=0.0)
+        out = super().raw()
+        out.update(window=self.window_info(), window_from_s=round(self.window[0] - t0, 6),
+                   window_to_s=round(self.window[1] - t0, 6),
+                   start_s=[round(s.start - t0, 6) for s in self.samples])
+        return out

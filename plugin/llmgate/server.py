@@ -165,6 +165,53 @@ class ServerHandle:
     def log_tail(self, lines: int = 25) -> str:
         return tail(self.log_path, lines)
 
+    def cpu_meter(self) -> EngineCpu:
+        """``with handle.cpu_meter() as m: …; m.summary()``: CPU time the engine's processes used."""
+        return EngineCpu(self.pid)
+
+
+class EngineCpu:
+    """CPU time of each process of a server's tree over a ``with`` block, as a share of one core:
+    an engine process near 100% is what makes a small model on a big GPU host-bound."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.t0 = self.t1 = 0.0
+        self.before: dict[int, tuple[str, float]] = {}
+        self.after: dict[int, tuple[str, float]] = {}
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        out: dict[int, tuple[str, float]] = {}
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return out
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                out[p.pid] = (p.name(), t.user + t.system)
+            except psutil.Error:
+                pass
+        return out
+
+    def __enter__(self) -> EngineCpu:
+        self.before, self.t0 = self._read(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.after, self.t1 = self._read(), time.monotonic()
+
+    def summary(self) -> dict[str, object]:
+        """Per process (name and pid): CPU seconds ÷ wall seconds; and the busiest one."""
+        wall = self.t1 - self.t0
+        shares = {f"{name} ({pid})": round((cpu - self.before.get(pid, (name, 0.0))[1]) / wall, 4)
+                  for pid, (name, cpu) in self.after.items()} if wall > 0 else {}
+        busiest = max(shares.items(), key=lambda kv: kv[1]) if shares else None
+        return {"wall_s": round(wall, 3), "processes": shares,
+                "busiest": busiest[0] if busiest else None, "busiest_share": busiest[1] if busiest else None,
+                "total_share": round(sum(shares.values()), 4)}
+
 
 class Server:
     """Start/stop one configuration.  ``start()`` returns a ready ``ServerHandle``."""

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 
 from .metrics import Metric
-from .stats import Summary, median
+from .stats import Noise, Summary, median
 
 REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE = "regressed", "improved", "unchanged", "no baseline"
 REFUSED = "refused: not comparable"
@@ -34,6 +34,17 @@ class Verdict:
     ci: tuple[float, float] | None = None   # 95% bootstrap interval of the change of medians
     samples: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)           # now
     baseline_samples: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    # the minimum detectable effect: the smallest worsening this comparison finds with 80% power at
+    # its alpha (a fraction, like min_effect); what it rests on; boots a side that would bring it
+    # down to the minimum effect when it is above it
+    mde: float | None = None
+    mde_basis: str = ""
+    boots_needed: int | None = None
+    boots: tuple[int, int] = (0, 0)                 # (baseline, now) boots
+    boot_values: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    baseline_boot_values: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    noise: Noise | None = dataclasses.field(default=None, compare=False)
+    regime: str = ""                                # gpu-bound | host-bound | cpu (where known)
 
     @property
     def failed(self) -> bool:
@@ -45,15 +56,31 @@ class Verdict:
             return f"{self.config_id} {self.key}: now {m.display(self.now.median)}; not compared: {self.note}"
         if self.baseline is None:
             return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)" + \
-                (f"; {self.note}" if self.note else "")
-        test = "Wilcoxon (paired)" if self.method.startswith("Wilcoxon") else "Mann-Whitney"
-        sig = f"{test} p={self.p_value:.3g}" if self.p_value is not None else self.method
+                (f" ({self.mde_text()})" if self.mde is not None else "") + (f"; {self.note}" if self.note else "")
+        nb, nn = self.boots
+        sizes = (f"{nb} boot{'s' * (nb != 1)}", f"{nn} boot{'s' * (nn != 1)}") if nb and nn else \
+            (f"n={self.baseline.n}", f"n={self.now.n}")
+        sig = f"{self.method}, p={self.p_value:.3g}" if self.p_value is not None else self.method
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
-                f"(n={self.baseline.n}) → now {m.display(self.now.median)} (n={self.now.n}), change {self.change:+.1%}{ci}; "
-                f"{self.status} [min effect {self.min_effect:.0%}"
+                f"({sizes[0]}) → now {m.display(self.now.median)} ({sizes[1]}), change {self.change:+.1%}{ci} "
+                f"({self.mde_text()}): {self.status} [min effect {self.min_effect:.0%}"
                 + (f" and {m.display(m.min_abs_effect)}" if m.min_abs_effect else "")
-                + f", {sig}]" + (f"; {self.note}" if self.note else ""))
+                + f"; {sig}]" + (f"; regime {self.regime}" if self.regime else "")
+                + (f"; {self.note}" if self.note else ""))
+
+    def mde_text(self) -> str:
+        """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
+        if self.mde is None:
+            return "MDE unknown" + (f": {self.mde_basis}" if self.mde_basis else "")
+        out = f"MDE {self.mde:.1%}"
+        if self.mde_basis and not self.mde_basis.startswith(("boots", "pairs", "against")):
+            out += f", {self.mde_basis}"
+        if self.mde > self.min_effect:
+            out += " > min effect" + (f": {self.boots_needed} boots a side would reach it" if self.boots_needed
+                                      else ": more boots would not reach it" if self.mde_basis.startswith("boots")
+                                      else "")
+        return out
 
 
 def smallest_p(n1: int, n2: int) -> float:
@@ -94,13 +121,13 @@ def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot:
 
 
 def _status(worse: float, min_effect: float, significant: bool, worse_abs: float = math.inf,
-            min_abs_effect: float = 0.0) -> str:
+            min_abs_effect: float = 0.0, better_significant: bool = True) -> str:
     """Regressed: moved the worse way by more than the minimum effect (relative, and in the
     metric's own unit where it sets ``min_abs_effect``), significantly; improved: moved the
-    better way by more than both; else unchanged."""
+    better way by more than both (significantly, where the test can say); else unchanged."""
     if worse > min_effect and worse_abs > min_abs_effect and significant:
         return REGRESSED
-    if -worse > min_effect and -worse_abs > min_abs_effect:
+    if -worse > min_effect and -worse_abs > min_abs_effect and better_significant:
         return IMPROVED
     return UNCHANGED
 
@@ -165,5 +192,121 @@ def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float],
         rng = np.random.default_rng(0)
         boot = np.median(rng.choice(np.asarray(ratios), (2000, len(ratios))), axis=1) - 1.0
         ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+    mde, basis = None, "fewer than 3 pairs"
+    logs_all = [math.log(r) for r in ratios if r > 0]
+    if len(logs_all) >= 3:
+        m = sum(logs_all) / len(logs_all)
+        var = sum((x - m) ** 2 for x in logs_all) / (len(logs_all) - 1)
+        mde = _rel(metric, (_t(1 - alpha, len(logs_all) - 1) + _t(POWER, len(logs_all) - 1))
+                   * math.sqrt(max(var, 1e-12) / len(logs_all)))
+        basis = f"pairs ({len(logs_all)})"
     return Verdict(metric, key, config_id, Summary.of(now), Summary.of(baseline), status, change, worse, eff, p,
-                   method, baseline_source, ci=ci, samples=tuple(now), baseline_samples=tuple(baseline))
+                   method, baseline_source, ci=ci, samples=tuple(now), baseline_samples=tuple(baseline),
+                   mde=mde, mde_basis=basis)
+
+
+# -- boot-level verdicts: the boot is the unit -------------------------------------------------
+POWER = 0.80
+MAX_BOOTS_ADVISED = 50
+
+
+def _t(q: float, df: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+def _mde_log(var: float, df: float, n_now: float, n_base: float, alpha: float) -> float:
+    return (_t(1 - alpha, df) + _t(POWER, df)) * math.sqrt(var * (1 / n_now + 1 / n_base))
+
+
+def _rel(metric: Metric, log_effect: float) -> float:
+    """A worsening of ``log_effect`` on the log scale as a relative change in the worse direction."""
+    return math.expm1(log_effect) if metric.better == "lower" else -math.expm1(-log_effect)
+
+
+def boots_needed(metric: Metric, var: float, df: int, n_base: int, min_effect: float, alpha: float) -> int | None:
+    """Boots a side (the baseline re-recorded with as many) for the MDE to reach ``min_effect``."""
+    if min_effect <= 0 or var <= 0:
+        return None
+    for k in range(2, MAX_BOOTS_ADVISED + 1):
+        dfk = max(df, 2 * (k - 1))
+        if _rel(metric, _mde_log(var, dfk, k, k, alpha)) <= min_effect:
+            return k
+    return None
+
+
+def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Sequence[float]],
+                base_boots: Sequence[Sequence[float]] | None, min_effect: float | None = None,
+                alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None,
+                prior: Noise | None = None) -> Verdict:
+    """Judge one metric with the boot as the unit.
+
+    Each boot's value is the median of its repeats.  When the boot-to-boot variance can be
+    estimated (two boots on either side, or ``prior``: the noise model stored with the baseline,
+    which then stands for the baseline's own boots), the boot values are compared on the log scale
+    with a one-sided t-test whose variance pools both sides, and the MDE (alpha, 80% power) follows
+    from that variance and the boots a side.  With one boot a side and no stored noise model, the
+    boot-to-boot noise is unknown: the repeats decide (Mann–Whitney, as ``judge``) and the MDE
+    from their spread is a lower bound, said so."""
+    eff = metric.min_effect if min_effect is None else min_effect
+    now_boots = [list(map(float, b)) for b in now_boots if b]
+    flat_now = [v for b in now_boots for v in b]
+    now_vals = [median(b) for b in now_boots]
+    noise_now = Noise.of(now_boots)
+    if not base_boots:
+        v = judge(metric, key, config_id, now_vals if len(now_vals) > 1 else flat_now, None, eff, alpha,
+                  baseline_source)
+        mde = need = None
+        basis = ""
+        if noise_now.between is not None and noise_now.df >= 1 and min(now_vals) > 0:
+            # what a comparison with a baseline like this run would see: the figure to read
+            # before saving it as one
+            var = max(noise_now.between, (noise_now.within or 0.0) / max(noise_now.repeats, 1.0), 1e-12)
+            k = len(now_vals)
+            mde = _rel(metric, _mde_log(var, max(noise_now.df, 2 * (k - 1)), k, k, alpha))
+            basis = f"against a baseline like this run ({k} boots)"
+            need = boots_needed(metric, var, noise_now.df, k, eff, alpha) if mde > eff else None
+        return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)), boot_values=tuple(now_vals),
+                                   noise=noise_now, mde=mde, mde_basis=basis, boots_needed=need)
+    base_boots = [list(map(float, b)) for b in base_boots if b]
+    flat_base = [v for b in base_boots for v in b]
+    base_vals = [median(b) for b in base_boots]
+    noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots))
+    common = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
+                  boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise)
+    if noise.between is None or noise.df < 1 or min(now_vals + base_vals) <= 0:
+        v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)
+        mde = None
+        basis = "one boot a side and no stored noise model: boot-to-boot noise not measured"
+        if noise.within is not None and noise.within_df >= 1:
+            rn, rb = max(1, len(flat_now)), max(1, len(flat_base))
+            mde = _rel(metric, _mde_log(noise.within, noise.within_df, rn, rb, alpha))
+            basis = "from repeats within one boot a side: a lower bound (boot-to-boot noise not measured)"
+        method = "repeats within one boot a side, " + ("Mann-Whitney U" if v.p_value is not None else v.method)
+        return dataclasses.replace(v, method=method, mde=mde, mde_basis=basis, **common)
+    ln = [math.log(x) for x in now_vals]
+    lb = [math.log(x) for x in base_vals]
+    diff = sum(ln) / len(ln) - sum(lb) / len(lb)          # log of now ÷ baseline
+    # a boot's value is no more precise than its repeats say (boot medians that tie are not a zero variance)
+    var = max(noise.between, (noise.within or 0.0) / max(noise.repeats, 1.0), 1e-12)
+    se = math.sqrt(var * (1 / len(ln) + 1 / len(lb)))
+    worse_log = diff if metric.better == "lower" else -diff
+    from scipy.stats import t as t_dist
+
+    p = float(t_dist.sf(worse_log / se, noise.df))
+    change = math.expm1(diff)
+    worse = metric.worse_change(1.0, math.exp(diff))
+    half = _t(0.975, noise.df) * se
+    ci = (math.expm1(diff - half), math.expm1(diff + half))
+    mde = _rel(metric, _mde_log(var, noise.df, len(ln), len(lb), alpha))
+    need = boots_needed(metric, var, noise.df, len(lb), eff, alpha) if mde > eff else None
+    s_now, s_base = Summary.of(now_vals), Summary.of(base_vals)
+    # an A/A run on the H200 gave TTFT at c=8 −12% over boots that spread ±30%: not an improvement
+    p_better = float(t_dist.cdf(worse_log / se, noise.df))
+    status = _status(worse, eff, p < alpha, _worse_abs(metric, s_base.median, s_now.median), metric.min_abs_effect,
+                     p_better < alpha)
+    src = "this run and the baseline's boots" if prior is None else "this run's boots and the baseline's noise model"
+    method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%} (df {noise.df}, {src})")
+    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
+                   ci=ci, mde=mde, mde_basis=f"boots ({len(lb)} vs {len(ln)})", boots_needed=need, **common)

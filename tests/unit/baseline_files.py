@@ -44,7 +44,7 @@ def write(root: Path, name: str, entries: dict[str, list[float]], matrix_path: P
             "param": None, "options": {},
             "extra_info": {baseline.EXTRA_KEY: {"schema": baseline.SCHEMA_VERSION, "metric": metric.name, "key": key,
                                                 "unit": metric.unit, "better": metric.better, "values": values,
-                                                "fingerprint": fp}},
+                                                "boots": [values], "fingerprint": fp}},
             "stats": {**st.as_dict(), "iterations": 1},
         })
     data = {"machine_info": {"node": "hand-made"}, "commit_info": {}, "benchmarks": benches,

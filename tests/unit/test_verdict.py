@@ -80,7 +80,7 @@ def test_paired_comparison_sees_through_shared_noise():
     paired = judge_paired(metrics.DECODE_TOK_S, "decode_tok_s", "c", slow, boots, 0.1)
     assert unpaired.status == UNCHANGED
     assert paired.status == REGRESSED and abs(paired.change + 0.2) < 1e-9 and paired.p_value < 0.05
-    assert "Wilcoxon (paired) p=" in paired.line()
+    assert "Wilcoxon signed-rank, 5 pairs, p=" in paired.line() and "MDE " in paired.line()
     # the same noise without a slowdown: no verdict either way
     same = judge_paired(metrics.DECODE_TOK_S, "decode_tok_s", "c", [b * f for b, f in zip(boots, (1.02, 0.97, 1.01, 0.99, 1.0))], boots, 0.1)
     assert same.status == UNCHANGED
