@@ -29,7 +29,7 @@ kv_cache_bytes = 400_000_000
 # A/A comparison uses wide minimum effects; the slowed configuration moves far beyond them.
 WIDE = ["--llmgate-min-effect", "aggregate_tok_s=0.5", "--llmgate-min-effect", "ttft_p50=1.0",
         "--llmgate-min-effect", "ttft_p95=1.0", "--llmgate-min-effect", "itl_p95=1.0"]
-SMALL = ["--llmgate-repeats", "4", "--llmgate-concurrency", "4", "-p", "no:cacheprovider"]
+SMALL = ["--llmgate-repeats", "4", "--llmgate-concurrency", "4", "-p", "no:cacheprovider", "-k", "not arrival"]
 
 
 def engine_processes():
