@@ -64,6 +64,7 @@ class Step:
     b_values: tuple[float, ...] = ()
     min_effect: float = 0.0
     seconds: float = 0.0
+    versions: tuple[str, str] = ("", "")     # what the boots of A and B reported (/version)
 
 
 @dataclasses.dataclass
@@ -141,7 +142,8 @@ def step_line(s: Step, labels: Sequence[str]) -> str:
     if s.a_values:
         vals = (f"; A boots {', '.join(f'{v:.4g}' for v in s.a_values)} | B boots "
                 f"{', '.join(f'{v:.4g}' for v in s.b_values)}")
-    return (f"{labels[s.b]} vs {labels[s.a]}: change {f(s.change)} ({s.better} is better), {ci}, {p}, "
+    served = f" (served: A {s.versions[0]}, B {s.versions[1]})" if any(s.versions) else ""
+    return (f"{labels[s.b]} vs {labels[s.a]}{served}: change {f(s.change)} ({s.better} is better), {ci}, {p}, "
             f"{s.rounds} rounds, min effect {s.min_effect:.0%} → {s.decision.upper()}"
             + (f" [{s.seconds:.0f} s]" if s.seconds else "") + vals)
 
@@ -176,7 +178,18 @@ def measure_step(cfg, matrix, log_dir: Path, launchers: Sequence[str], a: int, b
     metric = metrics.get(metric_key)
     return Step(a, b, decide(metric.better, v.change, v.ci, v.status == V_REGRESSED, min_effect), v.change, v.ci,
                 v.p_value, len(v.samples), v.method, metric.better, tuple(v.baseline_samples), tuple(v.samples),
-                min_effect, time.monotonic() - t0)
+                min_effect, time.monotonic() - t0,
+                tuple("/".join(sorted({str(x) for x in res.versions[side]})) for side in ("A", "B")))
+
+
+def _label(env: str, python: str) -> str:
+    """An interpreter ENV is shown with the engine distribution installed in it."""
+    from .venvs import is_interpreter
+    if not is_interpreter(env):
+        return env
+    from .engines.vllm import _distribution
+    dist, _ = _distribution(python)
+    return f"{env} ({dist})" if dist else env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = m.by_id(a.entry)
     min_effect = a.min_effect if a.min_effect is not None else AB_MIN_EFFECT.get(metric.name, metric.min_effect)
     launchers = [venvs.resolve(e, say) for e in a.envs]
-    labels = list(a.envs)
+    labels = [_label(e, py) for e, py in zip(a.envs, launchers)]
     if a.metric in ("decode_tok_s", "ttft_c1"):
         workload = decode_workload(a.repeats, a.warmup, a.timeout)
     else:
