@@ -316,12 +316,22 @@ def describe(f: Finding, alpha: float, min_step: float) -> str:
     elif not f.changes:
         lines.append(f"  change points: none beyond the noise (alpha {alpha:g}, minimum step {min_step:.0%})")
     for cp in f.changes:
-        p = f.points[cp.index]
+        p, prev = f.points[cp.index], f.points[cp.index - 1]
+        changed = []
+        if prev.engine != p.engine:
+            changed.append(f"engine {prev.engine} → {p.engine}")
+        pc, nc = (x.series["provenance"].get("config_fingerprint") or "-" for x in (prev, p))
+        if pc != nc:
+            changed.append(f"configuration #{cfgs[pc]} → #{cfgs[nc]}")
+        if (prev.series["provenance"].get("model_hash") != p.series["provenance"].get("model_hash")):
+            changed.append("model content")
         lines.append(f"  STEP at run {p.run_id} ({p.started.replace('T', ' ')[:19]} UTC, {p.engine}): "
                      f"{_fmt(cp.before)} → {_fmt(cp.after)} {first['unit']}, {cp.step:+.1%} "
                      f"(95% CI {cp.ci[0]:+.1%} … {cp.ci[1]:+.1%}), {'worse' if f.worse(cp) else 'better'}; "
                      f"p={cp.p_value:.2g} (Bonferroni over splits), confidence {cp.confidence:.1%}, "
-                     f"run noise {cp.sigma:.1%} (log SD, df {cp.df})")
+                     f"run noise {cp.sigma:.1%} (log SD, df {cp.df}); "
+                     + ("changed at this run: " + ", ".join(changed) if changed
+                        else "same engine build, configuration and model as the run before"))
     return "\n".join(lines)
 
 

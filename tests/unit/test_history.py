@@ -87,6 +87,7 @@ def test_planted_step_is_named_at_its_run_with_size_and_confidence(tmp_path, cap
     out = capsys.readouterr().out
     [line] = [x for x in out.splitlines() if "STEP at run" in x]
     assert paths[5].stem in line and "vllm 0.31.0" in line and "worse" in line and "confidence" in line
+    assert "changed at this run: engine vllm 0.30.0 → vllm 0.31.0" in line
 
 
 def test_flat_noisy_series_names_nothing():
