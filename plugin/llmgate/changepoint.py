@@ -182,12 +182,11 @@ def detect(runs: Sequence[RunPoint], alpha: float = DEFAULT_ALPHA, min_step: flo
         bump = best_bump(seg, min_size)
         if bump is not None and named(bump[0]):
             cp, j = bump
-            back = _two_groups(seg, range(j, len(seg)), *noise_floor(seg), 1, j)   # the step back, as figures
             found.append(dataclasses.replace(cp, index=cp.index + lo))
-            if back is not None:
-                found.append(dataclasses.replace(back, index=j + lo, p_value=cp.p_value,
-                                                 step=math.expm1(-math.log1p(cp.step)),
-                                                 ci=(math.expm1(-math.log1p(cp.ci[1])), math.expm1(-math.log1p(cp.ci[0]))),
+            if j < len(seg):                     # the step back at j: the same contrast, reversed
+                found.append(dataclasses.replace(cp, index=j + lo, step=math.expm1(-math.log1p(cp.step)),
+                                                 ci=(math.expm1(-math.log1p(cp.ci[1])),
+                                                     math.expm1(-math.log1p(cp.ci[0]))),
                                                  before=cp.after, after=cp.before, t=-cp.t))
             search(lo, lo + cp.index)
             search(lo + cp.index, lo + j)
