@@ -328,7 +328,8 @@ def describe(f: Finding, alpha: float, min_step: float) -> str:
         lines.append(f"  STEP at run {p.run_id} ({p.started.replace('T', ' ')[:19]} UTC, {p.engine}): "
                      f"{_fmt(cp.before)} → {_fmt(cp.after)} {first['unit']}, {cp.step:+.1%} "
                      f"(95% CI {cp.ci[0]:+.1%} … {cp.ci[1]:+.1%}), {'worse' if f.worse(cp) else 'better'}; "
-                     f"p={cp.p_value:.2g} (Bonferroni over splits), confidence {cp.confidence:.1%}, "
+                     f"p={cp.p_value:.2g} (Bonferroni over splits), confidence "
+                     f"{'>99.9%' if cp.p_value < 0.001 else f'{cp.confidence:.1%}'}, "
                      f"run noise {cp.sigma:.1%} (log SD, df {cp.df}); "
                      + ("changed at this run: " + ", ".join(changed) if changed
                         else "same engine build, configuration and model as the run before"))
