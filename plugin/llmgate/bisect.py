@@ -94,8 +94,9 @@ def decide(better: str, change: float | None, ci: tuple[float, float] | None, ve
 
 
 def search(n: int, compare: Callable[[int, int], Step], say: Callable[[str], None] = print,
-           labels: Sequence[str] | None = None) -> Outcome:
-    """The bisect over ENVs 0..n-1 with ``compare(a, b)`` giving the A/B step of B against A."""
+           labels: Sequence[str] | None = None, time_left: Callable[[], float] | None = None) -> Outcome:
+    """The bisect over ENVs 0..n-1 with ``compare(a, b)`` giving the A/B step of B against A.
+    ``time_left()`` (seconds): a step is not started when the longest step so far would not fit."""
     labels = list(labels or [str(i) for i in range(n)])
     if n < 2:
         raise ValueError("bisect needs at least two environments")
@@ -118,6 +119,14 @@ def search(n: int, compare: Callable[[int, int], Step], say: Callable[[str], Non
     good, bad = 0, n - 1
     while bad - good > 1:
         mid = (good + bad) // 2
+        longest = max((x.seconds for x in steps), default=0.0)
+        remaining = time_left() if time_left is not None else math.inf
+        if remaining < longest:
+            rng = ", ".join(labels[good + 1:bad + 1])
+            msg = (f"stopped before step {len(steps) + 1} (time budget: {remaining:.0f} s left, a step took up to "
+                   f"{longest:.0f} s); the first regressed environment is one of: {rng} (good: {labels[good]}, "
+                   f"bad: {labels[bad]})")
+            return Outcome(steps, None, good, bad, msg)
         s = run(good, mid, f"{labels[good]} … {labels[bad]}")
         if s.decision == REGRESSED:
             bad = mid
@@ -213,7 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-effect", type=float, default=None,
                     help="minimum relative effect (default: 10%% for tok/s, 25%% for TTFT, else the metric's own)")
     ap.add_argument("--out", default=".llmgate/bisect", help="folder for server logs (default .llmgate/bisect)")
+    ap.add_argument("--time-budget", type=float, default=None, metavar="S",
+                    help="start no step that would end after S seconds (judged by the longest step so far); "
+                         "report the range narrowed to instead")
     a = ap.parse_args(argv)
+    import signal
+
+    # SIGTERM (a CI timeout): unwind, so that the running A/B step stops its server
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from . import ab, matrix as matrix_mod, metrics, venvs
 
@@ -238,8 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.rounds} rounds × {a.repeats} repeats per step, min effect {min_effect:.0%}, alpha {a.alpha:g}; "
         f"at most {1 + math.ceil(math.log2(max(1, len(labels) - 1)))} steps")
     t0 = time.monotonic()
+    left = None if a.time_budget is None else (lambda: a.time_budget - (time.monotonic() - t0))
     outcome = search(len(labels), lambda i, j: measure_step(cfg, m, out, launchers, i, j, a.metric, a.rounds, workload,
-                                                            a.alpha, min_effect, say), say, labels)
+                                                            a.alpha, min_effect, say), say, labels, left)
     say(f"result: {outcome.message} [{time.monotonic() - t0:.0f} s]")
     return 0
 

@@ -61,6 +61,20 @@ def test_undecidable_step_is_reported_with_the_range_instead_of_a_guess():
     assert any("CANNOT DECIDE" in x for x in lines)
 
 
+def test_a_step_that_would_not_fit_the_time_budget_is_not_started():
+    levels = [100.0] * 5 + [70.0] * 3
+    base, calls = fake(levels)
+
+    def compare(a, b):
+        import dataclasses
+        return dataclasses.replace(base(a, b), seconds=600.0)
+    clock = iter([1500.0, 500.0])                           # seconds left before steps 2 and 3
+    out = bisect.search(8, compare, say=lambda _: None, labels=[f"v{i}" for i in range(8)],
+                        time_left=lambda: next(clock))
+    assert calls == [(0, 7), (0, 3)] and out.first_bad is None and (out.good, out.bad) == (3, 7)
+    assert "stopped before step 3 (time budget" in out.message and "v4, v5, v6, v7" in out.message
+
+
 def test_endpoints_inside_the_noise_say_so():
     compare, calls = fake([100.0, 95.0, 92.0], undecidable={(0, 2)})
     out = bisect.search(3, compare, say=lambda _: None)
