@@ -25,8 +25,9 @@ read; a corrupt file stops the reader with an error naming the file, and no othe
 
 A boot's *boot-level value* is the median of its repeat values; ``within_boot_cv`` is the pooled
 standard deviation of the log repeat values within boots, ``between_boot_cv`` the standard
-deviation of the log boot-level values (null with one boot).  Today a gate session boots each
-entry once, so a record holds one boot per series; with ``--llmgate-boots K`` it holds K.
+deviation of the log boot-level values (null with one boot); ``gate`` (optional) is the gate's
+own noise model as stored with the result.  A session with ``--llmgate-boots K`` gives K boots
+per series (on the CPU the default is one).
 
 The change-point detection is :mod:`llmgate.changepoint` (binary segmentation, t-test on log
 boot-level values with a variance that pools the run-to-run and within-run noise, Bonferroni
@@ -166,8 +167,8 @@ def folder_for(config) -> Path | None:
 
 
 def session_series(gs) -> list[dict[str, Any]]:
-    """What the session recorded, one series per (entry, test, key): the repeat values its
-    verdicts carry (one boot each today), with the provenance Gate.record stored beside them."""
+    """What the session recorded, one series per (entry, test, key): the repeat values of each
+    boot its verdicts rest on, with the provenance Gate.record stored beside them."""
     from . import baseline as baseline_store
     from . import device
 
@@ -201,10 +202,26 @@ def session_series(gs) -> list[dict[str, Any]]:
                                              if k not in baseline_store.NOT_FINGERPRINTED}
         prov = {"engine": engine, "device": fp.get("device") or _device_part(device.describe()),
                 "model_hash": model_hash, "config_fingerprint": config_fingerprint(fconf), "config": config}
-        if not all(math.isfinite(x) and x > 0 for x in v.samples):
+        boots_of_run = _boots_of(gs, v, info)
+        if not all(math.isfinite(x) and x > 0 for b in boots_of_run for x in b):
             continue                                   # the analysis is on the log scale
-        out.append(make_series(v.config_id, v.test, v.key, v.metric.unit, v.metric.better, [list(v.samples)], prov))
+        series = make_series(v.config_id, v.test, v.key, v.metric.unit, v.metric.better, boots_of_run, prov)
+        if isinstance(info.get("noise"), dict):
+            series["noise"]["gate"] = info["noise"]    # the gate's own noise model, as stored with the result
+        out.append(series)
     return out
+
+
+def _boots_of(gs, v, info: dict[str, Any]) -> list[list[float]]:
+    """A verdict's repeat values per boot: as stored with the result (``boots``), else as the
+    session kept them per measurement boot (``--llmgate-boots K``), else its samples as one boot."""
+    stored = info.get("boots")
+    if isinstance(stored, list) and stored and all(isinstance(b, list) and b for b in stored):
+        return [[float(x) for x in b] for b in stored]
+    kept = (getattr(gs, "boot_values", None) or {}).get((v.config_id, v.test, v.key))
+    if kept:
+        return [list(map(float, kept[k])) for k in sorted(kept)]
+    return [list(map(float, v.samples))]
 
 
 def _device_part(d: dict[str, Any]) -> dict[str, Any]:

@@ -170,3 +170,28 @@ def test_every_gate_run_appends_one_record_and_the_options_choose_the_folder(pyt
     s = recs[0]["series"][0]
     assert (s["test"], s["key"], s["better"], s["unit"]) == ("test_measure", "decode_tok_s", "higher", "tok/s")
     assert s["provenance"]["device"]["cpu"]
+
+
+PER_BOOT_TEST = """
+import json, os
+import pytest
+from llmgate import metrics
+
+@pytest.mark.boots
+def test_measure(llmgate_config, llmgate_boot, gate):
+    gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"])[llmgate_boot - 1])
+"""
+
+
+def test_a_run_of_k_boots_records_every_boots_values(pytester):
+    pytester.makefile(".toml", llmgate='[[matrix]]\nid = "first"\nengine = "vllm"\nmodel = "tiny"\n')
+    pytester.makepyfile(test_rec=PER_BOOT_TEST)
+    values = [[100.0, 101.0, 99.0], [90.0, 91.0, 89.5], [110.0, 108.0, 109.0]]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VALUES", json.dumps(values))
+        pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmgate-boots", "3").assert_outcomes(passed=3)
+    [rec] = history.load(pytester.path / ".llmgate" / "history")
+    [s] = rec["series"]
+    assert (s["entry"], s["key"], s["boots"]) == ("first", "decode_tok_s", values)
+    assert s["noise"]["between_boot_cv"] > s["noise"]["within_boot_cv"] > 0
+    assert isinstance(s["noise"].get("gate"), dict)               # the gate's noise model, as stored
