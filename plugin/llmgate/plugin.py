@@ -73,6 +73,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--llmgate-benchmark-table", action="store_true",
                 help="also print pytest-benchmark's own table for llmgate's metrics (hidden by default: it shows "
                      "every metric as a time, tok/s as seconds per token; llmgate's verdict table is the one to read)")
+    g.addoption("--llmgate-history", metavar="DIR",
+                help="folder of the run history: every run appends one record (default: .llmgate/history under "
+                     "the rootdir; read it with python -m llmgate.history DIR)")
+    g.addoption("--llmgate-no-history", action="store_true", help="append no record to the run history")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
 
@@ -889,6 +893,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                         f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
                         f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
                         f"baseline with --llmgate-boots 2 or more")
+    try:
+        from . import history
+        written = history.record_session(gs, int(session.exitstatus))
+        if written:
+            say(session.config, f"llmgate: run history: {written}")
+    except Exception as e:                                   # the run's results stand without it
+        gs.notes.append(f"run history not written: {type(e).__name__}: {e}")
     if gs.verdicts or gs.boots:
         gs.out_dir.mkdir(parents=True, exist_ok=True)
         gs.summary = summary = report.build(
