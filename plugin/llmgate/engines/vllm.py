@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -88,6 +89,16 @@ class Adapter(BaseAdapter):
         elif cfg.gpu_memory_utilization is not None:
             cmd += ["--gpu-memory-utilization", str(cfg.gpu_memory_utilization)]
         return cmd + list(cfg.args)
+
+    def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:
+        """vLLM refuses to start when the free memory of a GPU is less than
+        ``gpu_memory_utilization`` × its total (``vllm.v1.worker.utils.request_memory``), with
+        ``--kv-cache-memory-bytes`` too.  Unset, the release's default applies (0.92 in 0.32,
+        0.9 in older releases): the lower one is checked, so nothing vLLM would boot is refused."""
+        util = cfg.gpu_memory_utilization
+        how = f"gpu_memory_utilization {util}" if util is not None else "vLLM's default gpu_memory_utilization, 0.9 or more"
+        util = 0.9 if util is None else util
+        return math.ceil(total_bytes * util), f"{how} × {total_bytes / (1 << 30):.1f} GiB"
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         env = {
