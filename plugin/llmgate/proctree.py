@@ -62,7 +62,7 @@ def title(p: psutil.Process) -> str:
     processes ``VLLM::EngineCore``, ``VLLM::Worker``)."""
     try:
         cmd = p.cmdline()
-        t = " ".join(cmd) if cmd else p.name()
+        t = " ".join(" ".join(cmd).split()) if cmd else p.name()     # setproctitle pads with spaces
     except psutil.Error:
         return "?"
     return t if len(t) <= 80 else t[:77] + "…"

@@ -220,7 +220,7 @@ class Watchdog:
 def _title(p) -> str:
     try:
         cmd = p.cmdline()
-        title = " ".join(cmd) if cmd else p.name()
+        title = " ".join(" ".join(cmd).split()) if cmd else p.name()     # setproctitle pads with spaces
     except Exception:
         return "a process"
     return title if len(title) <= 80 else title[:77] + "…"
