@@ -310,7 +310,7 @@ def _process_words(pid: int) -> str:
 
     try:
         p = psutil.Process(pid)
-        cmd = " ".join(p.cmdline()) or p.name()
+        cmd = " ".join(" ".join(p.cmdline()).split()) or p.name()
         user = p.username()
     except psutil.AccessDenied:
         return "(not readable from here)"

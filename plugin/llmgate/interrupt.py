@@ -11,24 +11,33 @@ A second signal (SIGINT, SIGTERM or SIGHUP) while the session is already stoppin
 interrupt the stopping: it makes it hurry (servers are killed at once instead of being given
 their grace period), so a cancel sequence of SIGINT, SIGTERM, then SIGKILL a few seconds
 later still finds the servers stopped and the report written.
+
+Should the main thread not get to stop the servers (stuck in a call that does not return), a
+helper thread does it ``STUCK_S`` seconds after the first signal: the callbacks in ``on_stuck``
+(the plugin's: end every server not yet signalled).
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 HANDLED = (signal.SIGTERM, signal.SIGHUP)
 
 HURRY = threading.Event()       # set by a signal that arrives while the session is stopping
+STUCK_S = 5.0                   # after the first signal: servers not signalled by then are ended from a thread
 
 
 class Interrupts:
     def __init__(self) -> None:
         self.received: str | None = None      # the first signal's name
         self.stopping = False                 # the session is shutting down: later signals only hurry it
+        self.on_stuck: list[Callable[[str], None]] = []
         self._previous: dict[int, Any] = {}
+        self._timer: threading.Timer | None = None
 
     def install(self) -> bool:
         """Install the handlers (main thread only); False where they cannot be."""
@@ -47,6 +56,8 @@ class Interrupts:
         return bool(self._previous)
 
     def uninstall(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         if threading.current_thread() is not threading.main_thread():
             return
         for sig, prev in self._previous.items():
@@ -63,7 +74,17 @@ class Interrupts:
             return
         if self.received is None:
             self.received = name
+            self._timer = threading.Timer(STUCK_S, self._stuck, (name,))
+            self._timer.daemon = True
+            self._timer.start()
         raise KeyboardInterrupt(f"llmgate: {name} received")
+
+    def _stuck(self, name: str) -> None:
+        for callback in self.on_stuck:
+            try:
+                callback(name)
+            except Exception as e:              # a helper thread: say it, never raise
+                print(f"llmgate: after {name}: {e!r}", file=sys.__stderr__, flush=True)
 
     def begin_stopping(self) -> None:
         self.stopping = True

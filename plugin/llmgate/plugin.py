@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from . import baseline as baseline_store
 from . import device, engines, matrix as matrix_mod, metrics, report
 from . import server as server_mod, strays
+from . import interrupt
 from .interrupt import Interrupts
 from .load import PromptMaker
 from .samples import LoadResult
@@ -161,6 +163,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(gs, "llmgate-session")      # its pytest_* methods are hooks of this config
     # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the session like Ctrl-C
     gs.interrupts.install()
+    gs.interrupts.on_stuck.append(_end_servers_of_a_stuck_session)
+
+
+def _end_servers_of_a_stuck_session(signal_name: str) -> None:
+    """(a helper thread, interrupt.STUCK_S after the first signal) Servers that the session has
+    not begun to stop by then are ended from here: its main thread is stuck somewhere."""
+    ended = server_mod.end_unsignalled()
+    if ended:
+        print(f"llmgate: {signal_name}: the session had not stopped {', '.join(ended)} "
+              f"{interrupt.STUCK_S:.0f} s later; ended from a helper thread", file=sys.__stderr__, flush=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -798,6 +810,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     gs.interrupts.begin_stopping()          # a signal from here on hurries the stopping, never breaks it off
     if gs.interrupts.received and gs.interrupted is None:      # arrived after the last test
         gs.interrupted = {"signal": gs.interrupts.received, "during": None, "reason": None}
+    if gs.interrupted is not None:
+        if gs.servers:
+            say(session.config, f"llmgate: interrupted by {gs.interrupted.get('signal') or 'an interrupt'}: "
+                                f"stopping {len(gs.servers)} server(s)")
+        server_mod.signal_all_live()       # all at once, then wait for each
     for cid in list(gs.servers):
         gs.shutdown(cid)
     for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off

@@ -34,6 +34,7 @@ class Member:
     title: str
     create_time: float
     root: bool
+    depth: int = 0              # 0: the root, 1: its children …
     pidfd: int | None = None
 
 
@@ -130,6 +131,19 @@ class Tree:
             procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             procs = []
+        parents = {}
+        for p in procs:
+            try:
+                parents[p.pid] = p.ppid()
+            except psutil.Error:
+                pass
+
+        def depth(pid: int) -> int:
+            d = 0
+            while pid != self.root and pid in parents and d < 64:
+                pid, d = parents[pid], d + 1
+            return d
+
         for p in procs:
             try:
                 created = p.create_time()
@@ -137,7 +151,7 @@ class Tree:
                     continue
                 if p.status() == psutil.STATUS_ZOMBIE:
                     continue
-                m = Member(p.pid, title(p), created, p.pid == self.root)
+                m = Member(p.pid, title(p), created, p.pid == self.root, depth(p.pid))
             except psutil.Error:
                 continue
             if hasattr(os, "pidfd_open"):
@@ -199,18 +213,19 @@ class Tree:
                     pass
             ended = [with_fd[fd] for fd in ready if fd in with_fd]
             ended += [m for m in members if m.pidfd is None and self._gone(m)]
-            for m in ended:
+            # seen at the same moment: the deepest first (a parent waiting on a child ends because of it)
+            for m in sorted(ended, key=lambda m: -m.depth):
                 self._ended(m)
 
     def first_death(self) -> Death | None:
-        """The first process of the server that ended while it was in use, if one did."""
-        with self._lock:
-            return self.deaths[0] if self.deaths else None
+        """The first process of the server that ended while it was in use, if one did (no lock:
+        the main thread calls this, and an interrupt in a held lock would block the stop)."""
+        deaths = self.deaths
+        return deaths[0] if deaths else None
 
     def close(self) -> None:
         """The server is being stopped: what ends from now on is no failure."""
-        with self._lock:
-            self.stopping = True
+        self.stopping = True
         self._closed = True
         try:
             os.write(self._wake_w, b"x")
@@ -218,12 +233,16 @@ class Tree:
             pass
         if self._thread is not None:
             self._thread.join(2)
-        with self._lock:
-            for m in self.members.values():
-                if m.pidfd is not None:
+            if self._thread.is_alive():
+                return                  # still in _ended(): it closes its own descriptors; leave the rest
+        for m in list(self.members.values()):
+            if m.pidfd is not None:
+                try:
                     os.close(m.pidfd)
-                    m.pidfd = None
-            self.members.clear()
+                except OSError:
+                    pass
+                m.pidfd = None
+        self.members.clear()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

@@ -79,6 +79,29 @@ def stop_all_live(grace_s: float = 20.0) -> list[str]:
     return stopped
 
 
+def signal_all_live(sig: int = signal.SIGTERM) -> None:
+    """Tell every server of this process to stop, all at once (an interrupted session then waits
+    for them together instead of one after the other)."""
+    for s in list(_live):
+        if not s.signalled:
+            s.signal_group(sig)
+
+
+def end_unsignalled(grace_s: float = 3.0) -> list[str]:
+    """(any thread) End every server of this process that nobody has begun to stop: SIGTERM to its
+    process group, SIGKILL after ``grace_s``.  For a session whose main thread is stuck after an
+    interrupt; the configuration ids of the servers ended."""
+    ended = [s for s in list(_live) if not s.signalled]
+    for s in ended:
+        s.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(s.group_alive() for s in ended):
+        time.sleep(0.1)
+    for s in ended:
+        s.signal_group(signal.SIGKILL)
+    return [s.cfg.id for s in ended]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
@@ -241,6 +264,8 @@ class Server:
         self._known_pids: set[int] = set()
         self._record: Path | None = None
         self._tree: Tree | None = None
+        self.signalled = False                          # its process group was told to stop
+        self._stop_lock = threading.Lock()
 
     # -- model -------------------------------------------------------------------------
     def _resolved(self) -> tuple[ServerConfig, Path]:
@@ -386,9 +411,26 @@ class Server:
         except psutil.Error:
             pass
 
+    def signal_group(self, sig: int) -> None:
+        """Signal the engine's process group (any thread)."""
+        if self.pid is None:
+            return
+        self.signalled = True
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        return self.pid is not None and bool(self._survivors(self.pid))
+
     def stop(self, grace_s: float = 20.0) -> list[int]:
         """Terminate the engine's whole process group; return the pids that had to be killed after
         the grace period (cut short when a second interrupt asks the session to hurry)."""
+        with self._stop_lock:
+            return self._stop(grace_s)
+
+    def _stop(self, grace_s: float) -> list[int]:
         _live.discard(self)
         if self.proc is None:
             return []
@@ -398,11 +440,8 @@ class Server:
         if self.handle:
             self.handle.memory.stop()
         pgid = self.pid
-        if pgid is not None:
-            try:
-                os.killpg(pgid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if not self.signalled:                  # a second SIGTERM could break vLLM's own shutdown off
+            self.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and not HURRY.is_set() and self.proc.poll() is None:
             time.sleep(0.1)
@@ -431,7 +470,7 @@ class Server:
 
     def _survivors(self, pgid: int) -> list[psutil.Process]:
         out = []
-        for pid in {pgid, *self._known_pids}:
+        for pid in {pgid} | self._known_pids.copy():      # copy(): another thread may be adding
             try:
                 p = psutil.Process(pid)
                 if p.status() != psutil.STATUS_ZOMBIE:

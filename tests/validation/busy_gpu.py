@@ -44,6 +44,8 @@ def _plain(x):
         return {f[0]: _plain(getattr(x, f[0])) for f in x._fields_}
     if isinstance(x, bytes):
         return x.decode()
+    if hasattr(x, "__dict__") and not isinstance(x, (int, float, str)):     # pynvml's nvmlFriendlyObject
+        return {k: _plain(v) for k, v in vars(x).items() if not k.startswith("_")}
     return x
 
 
