@@ -564,9 +564,9 @@ class Gate:
             cfg = self.config_entry
             server = self.session.servers.get(cfg.id) if cfg else None
             h = server.handle if server is not None else None
-            if h is not None and not h.alive():
+            if h is not None:
                 try:
-                    h.check_alive()
+                    h.check_alive(settle_s=1.0)
                 except ServerDied as e:          # the engine died: that is the failure, the requests followed
                     pytest.fail(f"{e}\n{len(failed)} of {len(samples)} requests ({label}) failed with it",
                                 pytrace=False)

@@ -116,6 +116,7 @@ class Tree:
         self.root = root
         self.members: dict[int, Member] = {}
         self.deaths: list[Death] = []
+        self._ended_members: dict[int, Member] = {}
         self.stopping = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -170,21 +171,58 @@ class Tree:
         else:
             os.write(self._wake_w, b"x")
 
-    def _ended(self, m: Member) -> None:
-        code = None
-        for _ in range(20):                       # the exit code shows once the parent collected it
-            code = zombie_exit_code(m.pid)
-            if code is None and m.pidfd is not None:
-                code = pidfd_exit_code(m.pidfd)
-            if code is not None:
-                break
-            time.sleep(0.05)
+    @staticmethod
+    def _code(m: Member) -> int | None:
+        code = zombie_exit_code(m.pid)
+        if code is None and m.pidfd is not None:
+            code = pidfd_exit_code(m.pidfd)
+        return code
+
+    def _ended(self, m: Member) -> int | None:
+        """Note that ``m`` has ended, at once (its exit code if it is known already); the index of
+        its Death, None when another thread noted it first or the server is being stopped.  Its
+        pidfd stays open (closed by close()): the code can show later, and another thread may be
+        waiting on the descriptor."""
         with self._lock:
-            self.members.pop(m.pid, None)
-            if not self.stopping:
-                self.deaths.append(Death(m.pid, m.title, m.root, code, time.time()))
-        if m.pidfd is not None:
-            os.close(m.pidfd)
+            if self.members.get(m.pid) is not m:
+                return None
+            del self.members[m.pid]
+            self._ended_members[m.pid] = m
+            if self.stopping:
+                return None
+            self.deaths.append(Death(m.pid, m.title, m.root, self._code(m), time.time()))
+            return len(self.deaths) - 1
+
+    def settle(self, death: Death, timeout_s: float = 1.0) -> Death:
+        """``death`` with its exit code once the kernel tells it (its parent collects it first),
+        waiting up to ``timeout_s``; as it is when the code stays unknown."""
+        m = self._ended_members.get(death.pid)
+        deadline = time.monotonic() + timeout_s
+        while death.code is None and m is not None and time.monotonic() < deadline:
+            code = self._code(m)
+            if code is not None:
+                with self._lock:
+                    death = dataclasses.replace(death, code=code)
+                    for i, d in enumerate(self.deaths):
+                        if d.pid == death.pid and d.code is None:
+                            self.deaths[i] = death
+                return death
+            time.sleep(0.05)
+        return death
+
+    def poll_now(self) -> None:
+        """(the caller's thread) Note at once every process that has ended: a failed request may
+        be seen before the watching thread had its turn."""
+        with self._lock:
+            members = [m for m in self.members.values() if m.pidfd is not None]
+        if not members:
+            return
+        try:
+            ready, _, _ = select.select([m.pidfd for m in members], [], [], 0)
+        except (OSError, ValueError):
+            return
+        for m in sorted((m for m in members if m.pidfd in ready), key=lambda m: -m.depth):
+            self._ended(m)
 
     def _gone(self, m: Member) -> bool:
         try:
@@ -215,11 +253,13 @@ class Tree:
             ended += [m for m in members if m.pidfd is None and self._gone(m)]
             # seen at the same moment: the deepest first (a parent waiting on a child ends because of it)
             for m in sorted(ended, key=lambda m: -m.depth):
-                self._ended(m)
+                index = self._ended(m)
+                if index is not None:
+                    self.settle(self.deaths[index])
 
     def first_death(self) -> Death | None:
-        """The first process of the server that ended while it was in use, if one did (no lock:
-        the main thread calls this, and an interrupt in a held lock would block the stop)."""
+        """The first process of the server that ended while it was in use, if one did."""
+        self.poll_now()
         deaths = self.deaths
         return deaths[0] if deaths else None
 
@@ -235,7 +275,7 @@ class Tree:
             self._thread.join(2)
             if self._thread.is_alive():
                 return                  # still in _ended(): it closes its own descriptors; leave the rest
-        for m in list(self.members.values()):
+        for m in [*self.members.values(), *self._ended_members.values()]:
             if m.pidfd is not None:
                 try:
                     os.close(m.pidfd)
@@ -243,6 +283,7 @@ class Tree:
                     pass
                 m.pidfd = None
         self.members.clear()
+        self._ended_members.clear()
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

@@ -214,12 +214,16 @@ class ServerHandle:
         code = self.process.poll()
         if first is None and code is None:
             return None
+        if first is not None and self.tree is not None:
+            first = self.tree.settle(first)
         if first is None or first.root:
-            if code is None:                     # the watchdog is still stopping what the engine left
+            if code is None and first is not None:
+                code = first.code
+            if code is None:                     # the watchdog ends as the engine did, once it stopped the rest
                 try:
                     code = self.process.wait(10)
                 except subprocess.TimeoutExpired:
-                    code = first.code if first is not None else None
+                    code = None
             return Death(self.pid, "server", True, code, first.seen if first else time.time())
         return first
 
@@ -230,9 +234,15 @@ class ServerHandle:
             return None
         return f"exit code {d.code}" if d.root else f"{d.title} (pid {d.pid}) ended: {d.exit_words()}"
 
-    def check_alive(self) -> None:
-        """Raise ServerDied, with the log's tail, if the server or a process of it has ended."""
+    def check_alive(self, settle_s: float = 0.0) -> None:
+        """Raise ServerDied, with the log's tail, if the server or a process of it has ended.
+        ``settle_s``: after failed requests, how long to give a death to show (a client can see
+        the connection reset a moment before the kernel reports the process ended)."""
         d = self._first_death()
+        deadline = time.monotonic() + settle_s
+        while d is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            d = self._first_death()
         if d is None:
             return
         if d.root:
