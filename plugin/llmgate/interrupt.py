@@ -25,8 +25,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-HANDLED = (signal.SIGTERM, signal.SIGHUP)
-
 HURRY = threading.Event()       # set by a signal that arrives while the session is stopping
 STUCK_S = 5.0                   # after the first signal: servers not signalled by then are ended from a thread
 
@@ -43,15 +41,15 @@ class Interrupts:
         """Install the handlers (main thread only); False where they cannot be."""
         if threading.current_thread() is not threading.main_thread():
             return False
-        for sig in HANDLED:
+        # only default dispositions are replaced, never a handler someone else installed (or an
+        # ignored signal); SIGINT keeps Python's behaviour (KeyboardInterrupt) until the session stops
+        for sig, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGHUP, signal.SIG_DFL),
+                             (signal.SIGINT, signal.default_int_handler)):
             try:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is default:
+                    self._previous[sig] = signal.signal(sig, self._handle)
             except (ValueError, OSError):
                 pass
-        # SIGINT keeps Python's behaviour (KeyboardInterrupt) until the session stops; only the
-        # default handler is replaced, never one that someone else installed
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle)
         HURRY.clear()
         return bool(self._previous)
 

@@ -122,7 +122,9 @@ def sweep(out_dir: Path, grace_s: float = 5.0) -> list[str]:
             continue
         if rec.get("schema") != SCHEMA:
             continue
-        if same_process(rec.get("pytest_pid"), rec.get("pytest_create_time")):
+        started_by = rec.get("pytest_pid")
+        if (same_process(started_by, rec.get("pytest_create_time")) if rec.get("pytest_create_time") is not None
+                else started_by is not None and psutil.pid_exists(started_by)):
             continue                          # its session still runs (another one, or ours)
         victims: dict[int, psutil.Process] = {}
         if rec.get("create_time") is not None and rec.get("pgid") is not None:

@@ -238,8 +238,20 @@ def test_sweep_stops_a_stray_of_a_dead_run_and_spares_a_reused_pid(tmp_path):
 
 
 # -- SIGTERM / SIGHUP like Ctrl-C --------------------------------------------------------------
+@pytest.fixture
+def default_signals():
+    """The dispositions a fresh process has (this session's own llmgate handlers set aside)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_signal_raises_keyboard_interrupt_then_only_hurries(sig):
+def test_signal_raises_keyboard_interrupt_then_only_hurries(sig, default_signals):
     before = signal.getsignal(sig)
     it = interrupt.Interrupts()
     assert it.install()
@@ -257,6 +269,19 @@ def test_signal_raises_keyboard_interrupt_then_only_hurries(sig):
         it.uninstall()
         interrupt.HURRY.clear()
     assert signal.getsignal(sig) is before
+
+
+def test_a_handler_someone_else_installed_is_kept(default_signals):
+    mine = lambda signum, frame: None                      # noqa: E731
+    signal.signal(signal.SIGTERM, mine)
+    it = interrupt.Interrupts()
+    it.install()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGHUP) == it._handle
+    finally:
+        it.uninstall()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
 
 
 INTERRUPTED_SESSION = """
@@ -425,7 +450,7 @@ def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, 
     assert not started
 
 
-def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch, tmp_path):
+def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch, tmp_path, default_signals):
     """Should the main thread not get to stop the servers after the signal, a helper thread
     ends those nobody began to stop (interrupt.STUCK_S later); one being stopped is left alone."""
     from llmgate import server
