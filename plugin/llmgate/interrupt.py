@@ -12,13 +12,16 @@ interrupt the stopping: it makes it hurry (servers are killed at once instead of
 their grace period), so a cancel sequence of SIGINT, SIGTERM, then SIGKILL a few seconds
 later still finds the servers stopped and the report written.
 
-Should the main thread not get to stop the servers (stuck in a call that does not return), a
-helper thread does it ``STUCK_S`` seconds after the first signal: the callbacks in ``on_stuck``
-(the plugin's: end every server not yet signalled).
+Should the main thread not get to stop the servers (stuck in a call that does not return; seen
+once in five SIGTERMs mid-measurement, cause not found), a helper thread does it ``STUCK_S``
+seconds after the first signal: the callbacks in ``on_stuck`` (the plugin's: end every server not
+yet signalled), then, if the session has still not begun to stop, the signal is raised in the
+main thread once more (``_thread.interrupt_main``).
 """
 
 from __future__ import annotations
 
+import _thread
 import signal
 import sys
 import threading
@@ -83,6 +86,11 @@ class Interrupts:
                 callback(name)
             except Exception as e:              # a helper thread: say it, never raise
                 print(f"llmgate: after {name}: {e!r}", file=sys.__stderr__, flush=True)
+        if not self.stopping:                   # the main thread is still where the signal found it
+            try:
+                _thread.interrupt_main(getattr(signal, name))
+            except (ValueError, OSError, AttributeError):
+                pass
 
     def begin_stopping(self) -> None:
         self.stopping = True

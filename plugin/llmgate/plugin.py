@@ -304,6 +304,7 @@ class GateSession:
         server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
 
     # -- hooks of this session (registered as a plugin of its config) ---------------------
+    @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while
     def pytest_keyboard_interrupt(self, excinfo) -> None:
         """pytest caught the interrupt (Ctrl-C, or SIGTERM/SIGHUP through llmgate's handlers): from
         here on a further signal makes the stopping hurry instead of breaking it off."""
