@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ import pytest
 
 from . import baseline as baseline_store
 from . import device, engines, matrix as matrix_mod, metrics, report
+from . import server as server_mod, strays
+from . import interrupt
+from .interrupt import Interrupts
 from .load import PromptMaker
 from .samples import LoadResult
 from .matrix import Matrix, MatrixError, ServerConfig
@@ -175,10 +179,36 @@ def pytest_configure(config: pytest.Config) -> None:
     # llmgate finds the compared runs in every machine-id folder of the storage (pytest_sessionstart)
     baseline_store.take_over_compare(config)
     _xdist_configure(config)
-    config.stash[SESSION_KEY] = GateSession(config)
+    config.stash[SESSION_KEY] = gs = GateSession(config)
+    config.pluginmanager.register(gs, "llmgate-session")      # its pytest_* methods are hooks of this config
+    # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the session like Ctrl-C
+    gs.interrupts.install()
+    gs.interrupts.on_stuck.append(_end_servers_of_a_stuck_session)
+
+
+def _end_servers_of_a_stuck_session(signal_name: str) -> None:
+    """(a helper thread, interrupt.STUCK_S after the first signal) Servers that the session has
+    not begun to stop by then are ended from here: its main thread is stuck somewhere."""
+    ended = server_mod.end_unsignalled()
+    if ended:
+        print(f"llmgate: {signal_name}: the session had not stopped {', '.join(ended)} "
+              f"{interrupt.STUCK_S:.0f} s later; ended from a helper thread", file=sys.__stderr__, flush=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    gs = config.stash.get(SESSION_KEY, None)
+    if gs is not None:
+        gs.interrupts.uninstall()
+        if config.pluginmanager.is_registered(gs):
+            config.pluginmanager.unregister(gs)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    gs = session.config.stash.get(SESSION_KEY, None)
+    if gs is not None and not xdist_worker(session.config):
+        base = gs.out_dir
+        for line in strays.sweep(base):            # servers a killed run left behind
+            say(session.config, line)
     bs = baseline_store.benchmark_session(session.config)
     if bs is not None:
         worker = xdist_worker(session.config)
@@ -299,6 +329,11 @@ class GateSession:
         self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
         self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
+        self.interrupts = Interrupts()
+        self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
+        self.running: str | None = None                             # the test in progress
+        self.finished: set[str] = set()
+        server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
 
     def boots_for(self, cfg: ServerConfig) -> int:
         """How many boots a run of this entry spans."""
@@ -318,6 +353,28 @@ class GateSession:
             current += 1
             self.rounds[cfg.id] = current
             say(self.config, f"llmgate: {cfg.id}: measurement boot {current} of {self.boots_for(cfg)}")
+
+    # -- hooks of this session (registered as a plugin of its config) ---------------------
+    @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        """pytest caught the interrupt (Ctrl-C, or SIGTERM/SIGHUP through llmgate's handlers): from
+        here on a further signal makes the stopping hurry instead of breaking it off."""
+        self.interrupts.begin_stopping()
+        sig = self.interrupts.received
+        if sig is None:
+            # pytest's own stops (collection errors, -x, --maxfail, pytest.exit) come this way too
+            if not excinfo.errisinstance(KeyboardInterrupt) or excinfo.errisinstance(pytest.Session.Interrupted):
+                return
+            sig = "SIGINT"
+        if self.interrupted is None:
+            self.interrupted = {"signal": sig, "during": self.running, "reason": str(excinfo.value) or None}
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.running = nodeid
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.finished.add(nodeid)
+        self.running = None
 
     @property
     def matrix(self) -> Matrix:
@@ -600,15 +657,17 @@ class Gate:
             v = self.requests_verdict()
             errors = sorted({(s.error or "unknown error")[:300] for s in failed})
             label = ", ".join(sorted({r.label for r in results if r.label})) or "measurement"
-            died = ""
             cfg = self.config_entry
             server = self.session.servers.get(cfg.id) if cfg else None
             h = server.handle if server is not None else None
-            if h is not None and not h.alive():
-                died = (f"\nthe {h.engine.name} server (pid {h.pid}) died: exit code {h.process.poll()}; last lines of "
-                        f"{h.log_path}:\n{h.log_tail()}")
+            if h is not None:
+                try:
+                    h.check_alive(settle_s=1.0)
+                except ServerDied as e:          # the engine died: that is the failure, the requests followed
+                    pytest.fail(f"{e}\n{len(failed)} of {len(samples)} requests ({label}) failed with it",
+                                pytrace=False)
             pytest.fail(f"{v.config_id}: {len(failed)} of {len(samples)} requests failed ({label}); failed requests "
-                        f"are counted, never dropped:\n" + "\n".join(f"  {e}" for e in errors[:8]) + died,
+                        f"are counted, never dropped:\n" + "\n".join(f"  {e}" for e in errors[:8]),
                         pytrace=False)
 
     def requests_verdict(self) -> Verdict:
@@ -793,8 +852,8 @@ def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: int | None, llmg
     if llmgate_boot is not None and _llmgate_booted.alive():
         llmgate_session.ensure_round(_llmgate_booted.config, llmgate_boot)
     if not _llmgate_booted.alive():
-        pytest.fail(f"{_llmgate_booted.config.id}: the server died earlier in this session (exit code "
-                    f"{_llmgate_booted.process.poll()}); last lines of {_llmgate_booted.log_path}:\n"
+        pytest.fail(f"{_llmgate_booted.config.id}: the server died earlier in this session "
+                    f"({_llmgate_booted.death()}); last lines of {_llmgate_booted.log_path}:\n"
                     f"{_llmgate_booted.log_tail()}", pytrace=False)
     return _llmgate_booted
 
@@ -881,8 +940,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     gs = session.config.stash.get(SESSION_KEY, None)
     if gs is None:
         return
+    gs.interrupts.begin_stopping()          # a signal from here on hurries the stopping, never breaks it off
+    if gs.interrupts.received and gs.interrupted is None:      # arrived after the last test
+        gs.interrupted = {"signal": gs.interrupts.received, "during": None, "reason": None}
+    if gs.interrupted is not None:
+        if gs.servers:
+            say(session.config, f"llmgate: interrupted by {gs.interrupted.get('signal') or 'an interrupt'}: "
+                                f"stopping {len(gs.servers)} server(s)")
+        server_mod.signal_all_live()       # all at once, then wait for each
     for cid in list(gs.servers):
         gs.shutdown(cid)
+    for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
+        say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
     argv = list(session.config.invocation_params.args)
     # the regime is known once an entry's decode window ran, maybe after its other verdicts
     gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
@@ -900,13 +969,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             say(session.config, f"llmgate: run history: {written}")
     except Exception as e:                                   # the run's results stand without it
         gs.notes.append(f"run history not written: {type(e).__name__}: {e}")
-    if gs.verdicts or gs.boots:
+    if gs.interrupted is not None:
+        gs.interrupted["not_run"] = _not_run(session, gs)
+        gs.notes.append(_interrupted_line(gs.interrupted))
+    if gs.verdicts or gs.boots or (gs.interrupted is not None and not xdist_workers(session.config)):
         gs.out_dir.mkdir(parents=True, exist_ok=True)
         gs.summary = summary = report.build(
             device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
             verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
             argv=argv, exit_status=int(session.exitstatus))
         summary["worker"] = gs.worker
+        summary["interrupted"] = gs.interrupted
         gs.report_files = report.write_all(summary, gs.out_dir,
                                            None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
     elif xdist_workers(session.config):
@@ -921,10 +994,29 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                 gs.notes.append(f"could not read the worker report {f}: {e}")
         if parts:
             gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+            summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
+                                                            None)
             gs.worker_boots = summary["boots"]
             gs.worker_verdicts = summary["verdicts"]
             gs.notes = summary["notes"] + gs.notes
             gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+
+
+def _not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
+    """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,
+    where this process does not know which tests were meant for it)."""
+    if xdist_worker(session.config) or xdist_workers(session.config):
+        return None
+    running = gs.interrupted.get("during") if gs.interrupted else None
+    return [i.nodeid for i in session.items if i.nodeid not in gs.finished and i.nodeid != running]
+
+
+def _interrupted_line(info: dict[str, Any]) -> str:
+    what = f"interrupted by {info['signal']}" if info.get("signal") else f"interrupted ({info.get('reason')})"
+    where = f" during {info['during']}" if info.get("during") else ""
+    not_run = info.get("not_run")
+    rest = f"; {len(not_run)} test(s) not run" if not_run else ""
+    return f"{what}{where}: every server was stopped; what was measured is reported{rest}"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -182,6 +182,8 @@ def markdown(rep: dict[str, Any]) -> str:
 
     c = rep["counts"]
     verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
+    if rep.get("interrupted") and not c[REGRESSED]:
+        verdict_word = "⚠️ interrupted"
     dev = rep.get("device") or {}
     engines = sorted({f"{b.get('engine')} {b.get('version') or '?'}" for bs in rep["boots"].values() for b in bs})
     lines = [f"## llmgate: {verdict_word}", "",
@@ -189,6 +191,16 @@ def markdown(rep: dict[str, Any]) -> str:
              f"{c[NO_BASELINE]} without baseline · {c[REFUSED]} not comparable", "",
              f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · engines: {', '.join(engines) or '—'} · "
              f"created {rep['created']}", ""]
+    stop = rep.get("interrupted")
+    if stop:
+        during = f" during `{stop['during']}`" if stop.get("during") else ""
+        lines += [f"**⚠️ Interrupted by {stop.get('signal') or stop.get('reason') or 'an interrupt'}{during}**: "
+                  f"the servers were stopped and what was measured is below; the rest was not run.", ""]
+        if stop.get("not_run"):
+            lines += ["Not run:", ""] + [f"- `{n}`" for n in stop["not_run"][:50]]
+            if len(stop["not_run"]) > 50:
+                lines.append(f"- … and {len(stop['not_run']) - 50} more")
+            lines.append("")
     by_test: dict[str, list[dict[str, Any]]] = {}
     for v in rep["verdicts"]:
         by_test.setdefault(v["test"].removeprefix("test_"), []).append(v)

@@ -9,6 +9,14 @@ starved the API server's streaming whenever any other process woke up: client
 TTFT 1.2-2.6 s instead of 12-20 ms, the whole generation arriving in one burst,
 while vLLM's own TTFT histogram stayed at ~15 ms.  In the caller's session the
 same runs showed no such stall.
+
+Between the gate and the engine runs ``llmgate.watchdog`` (in a process group of its own): the
+engine dies with the process that started it even when that one is killed with SIGKILL, and
+what the engine's processes leave behind is reaped.  Each running server has a record under
+the output folder (``llmgate.strays``) so that a later run can stop one that escaped both.
+Before a GPU entry boots, the GPUs' free memory is checked against the engine's budget
+(``device.busy_gpu``): a card held by another process is named at once, not after the engine's
+out-of-memory traceback.
 """
 
 from __future__ import annotations
@@ -21,15 +29,18 @@ import socket
 import subprocess
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import psutil
 
-from . import engines, tinymodel
+from . import device, engines, strays, tinymodel, watchdog
 from .engines import EngineInfo
+from .interrupt import HURRY
 from .matrix import Matrix, ServerConfig
+from .proctree import Death, Tree
 
 HOST = "127.0.0.1"
 Progress = Callable[[str, float, str], None]  # (config id, elapsed seconds, last log line)
@@ -48,6 +59,47 @@ class ServerDied(RuntimeError):
 
 
 API_KEY_ENV = "LLMGATE_API_KEY"     # the key the servers are started with and the client sends
+
+_records: dict[str, Path | None] = {"dir": None}      # where running servers are recorded (set by the plugin)
+_live: weakref.WeakSet = weakref.WeakSet()              # Servers of this process not yet stopped
+
+
+def record_servers_in(out_dir: Path | None) -> None:
+    """Record every server this process starts from now on under ``out_dir/servers/``."""
+    _records["dir"] = Path(out_dir) if out_dir is not None else None
+
+
+def stop_all_live(grace_s: float = 20.0) -> list[str]:
+    """Stop every server of this process that is still running (probe and A/B servers too);
+    the configuration ids of those stopped."""
+    stopped = []
+    for server in list(_live):
+        server.stop(grace_s)
+        stopped.append(server.cfg.id)
+    return stopped
+
+
+def signal_all_live(sig: int = signal.SIGTERM) -> None:
+    """Tell every server of this process to stop, all at once (an interrupted session then waits
+    for them together instead of one after the other)."""
+    for s in list(_live):
+        if not s.signalled:
+            s.signal_group(sig)
+
+
+def end_unsignalled(grace_s: float = 3.0) -> list[str]:
+    """(any thread) End every server of this process that nobody has begun to stop: SIGTERM to its
+    process group, SIGKILL after ``grace_s``.  For a session whose main thread is stuck after an
+    interrupt; the configuration ids of the servers ended."""
+    ended = [s for s in list(_live) if not s.signalled]
+    for s in ended:
+        s.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(s.group_alive() for s in ended):
+        time.sleep(0.1)
+    for s in ended:
+        s.signal_group(signal.SIGKILL)
+    return [s.cfg.id for s in ended]
 
 
 def free_port() -> int:
@@ -138,8 +190,9 @@ class ServerHandle:
     pid: int
     boot_number: int
     memory: MemorySampler
-    process: subprocess.Popen = dataclasses.field(repr=False)
+    process: subprocess.Popen = dataclasses.field(repr=False)     # the watchdog: it ends as the engine ended
     api_key: str | None = dataclasses.field(default=None, repr=False)
+    tree: Tree | None = dataclasses.field(default=None, repr=False)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -153,14 +206,53 @@ class ServerHandle:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        """False once the server, or any process it runs with (vLLM's EngineCore, its workers), has ended."""
+        return self.process.poll() is None and (self.tree is None or self.tree.first_death() is None)
 
-    def check_alive(self) -> None:
-        """Raise ServerDied, with the log's tail, if the server process has ended."""
+    def _first_death(self) -> Death | None:
+        first = self.tree.first_death() if self.tree is not None else None
         code = self.process.poll()
-        if code is not None:
-            raise ServerDied(f"{self.config.id}: {self.engine.name} server (pid {self.pid}) exited with code {code} "
+        if first is None and code is None:
+            return None
+        if first is not None and self.tree is not None:
+            first = self.tree.settle(first)
+        if first is None or first.root:
+            if code is None and first is not None:
+                code = first.code
+            if code is None:                     # the watchdog ends as the engine did, once it stopped the rest
+                try:
+                    code = self.process.wait(10)
+                except subprocess.TimeoutExpired:
+                    code = None
+            return Death(self.pid, "server", True, code, first.seen if first else time.time())
+        return first
+
+    def death(self) -> str | None:
+        """How the server died, in a few words (``exit code -9``; ``VLLM::EngineCore (pid N) …``); None if alive."""
+        d = self._first_death()
+        if d is None:
+            return None
+        return f"exit code {d.code}" if d.root else f"{d.title} (pid {d.pid}) ended: {d.exit_words()}"
+
+    def check_alive(self, settle_s: float = 0.0) -> None:
+        """Raise ServerDied, with the log's tail, if the server or a process of it has ended.
+        ``settle_s``: after failed requests, how long to give a death to show (a client can see
+        the connection reset a moment before the kernel reports the process ended)."""
+        d = self._first_death()
+        deadline = time.monotonic() + settle_s
+        while d is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            d = self._first_death()
+        if d is None:
+            return
+        if d.root:
+            raise ServerDied(f"{self.config.id}: {self.engine.name} server (pid {self.pid}) exited with code {d.code} "
                              f"during the run; last lines of {self.log_path}:\n{tail(self.log_path)}")
+        code = self.process.poll()
+        server = "is still running" if code is None else f"exited with code {code} after it"
+        raise ServerDied(f"{self.config.id}: the {self.engine.name} server's process {d.title} (pid {d.pid}) "
+                         f"ended during the run: {d.exit_words()}; the server (pid {self.pid}) {server}; "
+                         f"last lines of {self.log_path}:\n{tail(self.log_path)}")
 
     def log_tail(self, lines: int = 25) -> str:
         return tail(self.log_path, lines)
@@ -223,9 +315,14 @@ class Server:
         self.boot_number, self.progress, self.port = boot_number, progress, port
         self.say = say or (lambda line: None)
         self.engine = engines.get(cfg.engine)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | None = None       # the watchdog, whose child is the engine
+        self.pid: int | None = None                     # the engine's pid (and process group)
         self.handle: ServerHandle | None = None
         self._known_pids: set[int] = set()
+        self._record: Path | None = None
+        self._tree: Tree | None = None
+        self.signalled = False                          # its process group was told to stop
+        self._stop_lock = threading.Lock()
 
     # -- model -------------------------------------------------------------------------
     def _resolved(self) -> tuple[ServerConfig, Path]:
@@ -252,6 +349,11 @@ class Server:
             engines.base.gpu_memory_fraction(self.cfg)     # a byte budget this card cannot give
         except ValueError as e:
             raise BootError(f"{self.cfg.id}: {e}") from None
+        if self.cfg.device == "gpu":
+            busy = device.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
+                                   lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
+            if busy:
+                raise BootError(busy)
         cfg, model = self._resolved()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         last_error: BootError | None = None
@@ -286,29 +388,54 @@ class Server:
             api_key = None
         auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         base_url = f"http://{HOST}:{port}"
-        with open(log_path, "wb") as log:
-            log.write(("$ " + " ".join(cmd) + "\n").encode())
-            log.flush()
-            t0 = time.monotonic()
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, process_group=0)
-        sampler = MemorySampler(self.proc.pid)
-        sampler.start()
+        sampler: MemorySampler | None = None
         try:
+            with open(log_path, "wb") as log:
+                log.write(("$ " + " ".join(cmd) + "\n").encode())
+                log.flush()
+                t0 = time.monotonic()
+                _live.add(self)
+                self.proc = subprocess.Popen(watchdog.command(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=env, process_group=0)
+            self.pid = self._engine_pid()
+            if self.pid is not None and _records["dir"] is not None:
+                self._record = strays.write(_records["dir"], pid=self.pid, entry=cfg.id, engine=self.engine.name,
+                                            cmdline=cmd, log=str(log_path), watchdog_pid=self.proc.pid)
+            sampler = MemorySampler(self.pid or self.proc.pid)
+            sampler.start()
             startup = self._wait_ready(base_url, log_path, t0)
             with httpx.Client(timeout=30, headers=auth) as http:
                 info = self.engine.info(http, base_url, cfg)
+            self._tree = Tree(self.pid or self.proc.pid)
+            self._tree.adopt()
         except BaseException:
-            sampler.stop()
+            if sampler is not None:
+                sampler.stop()
             self.stop()
             raise
         self.handle = ServerHandle(
             config=self.cfg, base_url=base_url, model_path=model, model_name=str(model),
             tokenizer_path=self.matrix.tokenizer_folder(self.cfg),
             model_hash=tinymodel.model_hash(model), engine=self.engine, engine_info=info, log_path=log_path,
-            startup_s=startup, pid=self.proc.pid, boot_number=self.boot_number, memory=sampler, process=self.proc,
-            api_key=api_key)
+            startup_s=startup, pid=self.pid or self.proc.pid, boot_number=self.boot_number, memory=sampler,
+            process=self.proc, api_key=api_key, tree=self._tree)
         return self.handle
+
+    def _engine_pid(self, timeout_s: float = 60.0) -> int | None:
+        """The engine's pid: the watchdog's child (None if the watchdog ended before it had one)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                kids = psutil.Process(self.proc.pid).children()
+            except psutil.Error:
+                kids = []
+            if kids:
+                return kids[0].pid
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.01)
+        return None
 
     def _wait_ready(self, base_url: str, log_path: Path, t0: float) -> float:
         assert self.proc is not None
@@ -340,48 +467,71 @@ class Server:
         if self.proc is None:
             return
         try:
-            for c in psutil.Process(self.proc.pid).children(recursive=True):
+            for c in psutil.Process(self.pid or self.proc.pid).children(recursive=True):
                 self._known_pids.add(c.pid)
         except psutil.Error:
             pass
 
+    def signal_group(self, sig: int) -> None:
+        """Signal the engine's process group (any thread)."""
+        if self.pid is None:
+            return
+        self.signalled = True
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        return self.pid is not None and bool(self._survivors(self.pid))
+
     def stop(self, grace_s: float = 20.0) -> list[int]:
-        """Terminate the whole process group; return the pids that had to be killed after the grace period."""
+        """Terminate the engine's whole process group; return the pids that had to be killed after
+        the grace period (cut short when a second interrupt asks the session to hurry)."""
+        with self._stop_lock:
+            return self._stop(grace_s)
+
+    def _stop(self, grace_s: float) -> list[int]:
+        _live.discard(self)
         if self.proc is None:
             return []
+        if self._tree is not None:
+            self._tree.close()                  # what ends from here on is the stop, not a failure
         self._remember_children()
         if self.handle:
             self.handle.memory.stop()
-        pgid = self.proc.pid
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            pass
+        pgid = self.pid
+        if not self.signalled:                  # a second SIGTERM could break vLLM's own shutdown off
+            self.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and self._survivors(pgid):
+        while time.monotonic() < deadline and not HURRY.is_set() and self.proc.poll() is None:
+            time.sleep(0.1)
+        while time.monotonic() < deadline and not HURRY.is_set() and pgid is not None and self._survivors(pgid):
             time.sleep(0.2)
         killed = []
-        for p in self._survivors(pgid):
+        for p in (self._survivors(pgid) if pgid is not None else []):
             try:
                 p.kill()
                 killed.append(p.pid)
             except psutil.Error:
                 pass
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.proc.poll() is None:
+            self.proc.wait(10)                  # the watchdog ends once the engine's processes are gone
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
             self.proc.wait(5)
+        strays.remove(self._record)
+        self._record = None
         return killed
 
     def _survivors(self, pgid: int) -> list[psutil.Process]:
         out = []
-        for pid in {pgid, *self._known_pids}:
+        for pid in {pgid} | self._known_pids.copy():      # copy(): another thread may be adding
             try:
                 p = psutil.Process(pid)
                 if p.status() != psutil.STATUS_ZOMBIE:

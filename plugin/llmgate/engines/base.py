@@ -164,6 +164,11 @@ class BaseAdapter:
     def kv_capacity(self, scrape: Scrape) -> int | None:
         return None
 
+    def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:
+        """The free memory each GPU needs before this engine boots ``cfg`` on a GPU of
+        ``total_bytes``, with how it was reckoned; None when the engine does not say (no check)."""
+        return None
+
     def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
         """Why this engine cannot run a lever scenario for ``cfg`` (the test skips with it); None if it can."""
         return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -89,6 +90,18 @@ class Adapter(BaseAdapter):
         elif (fraction := gpu_memory_fraction(cfg)) is not None:
             cmd += ["--gpu-memory-utilization", str(fraction)]
         return cmd + list(cfg.args)
+
+    def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:
+        """vLLM refuses to start when the free memory of a GPU is less than
+        ``gpu_memory_utilization`` × its total (``vllm.v1.worker.utils.request_memory``), with
+        ``--kv-cache-memory-bytes`` too.  Unset, the release's default applies (0.92 in 0.32,
+        0.9 in older releases): the lower one is checked, so nothing vLLM would boot is refused."""
+        if getattr(cfg, "gpu_memory_bytes", None):       # a byte budget becomes that fraction of the card
+            return int(cfg.gpu_memory_bytes), f"gpu_memory_bytes {cfg.gpu_memory_bytes / (1 << 30):.1f} GiB"
+        util = cfg.gpu_memory_utilization
+        how = f"gpu_memory_utilization {util}" if util is not None else "vLLM's default gpu_memory_utilization, 0.9 or more"
+        util = 0.9 if util is None else util
+        return math.ceil(total_bytes * util), f"{how} × {total_bytes / (1 << 30):.1f} GiB"
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         env = {
