@@ -68,15 +68,7 @@ def load_metrics(result: LoadResult) -> dict[str, float]:
         "requests_failed": float(len(result.failures)),
         "wall_s": result.wall_s,
     }
-    ttfts, itls, tpots, e2es = result.ttfts(), result.itls(), result.tpots(), result.e2es()
-    if ttfts:
-        out.update(ttft_p50=percentile(ttfts, 50), ttft_p95=percentile(ttfts, 95), ttft_p99=percentile(ttfts, 99))
-    if itls:
-        out.update(itl_p50=percentile(itls, 50), itl_p95=percentile(itls, 95), itl_p99=percentile(itls, 99))
-    if tpots:
-        out.update(tpot_median=median(tpots), decode_tok_s=1.0 / median(tpots))
-    if e2es:
-        out.update(e2e_p50=percentile(e2es, 50), e2e_p95=percentile(e2es, 95))
+    out.update(_request_figures(result.ok))
     return out
 
 
