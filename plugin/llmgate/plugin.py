@@ -792,25 +792,30 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Each entry's tests run together, entries in matrix order (a reference before the entries
+    # that name it), and an entry's K measurement boots go forward: every test on boot 1 (those
+    # measured once included), then the per-boot tests on boot 2, …  pytest's own grouping of
+    # session parameters does not give this once some tests also carry `llmgate_boot` (seen in
+    # CI: the reference entry's lever tests ran last, after the entries that compare with it).
+    # A stable sort: tests of no entry keep their place after the entry test before them.
+    def entry_boot(item: pytest.Item) -> tuple[str, int] | None:
+        callspec = getattr(item, "callspec", None)
+        cfg = callspec.params.get("llmgate_config") if callspec else None
+        return None if cfg is None else (cfg.id, int(callspec.params.get("llmgate_boot") or 1))
+
+    try:
+        order = {e.id: n for n, e in enumerate(config.stash[SESSION_KEY].matrix.entries)}
+    except (MatrixError, KeyError):
+        order = {}
+    keys, last = [], (-1, 0)
+    for n, item in enumerate(items):
+        eb = entry_boot(item)
+        if eb is not None:
+            last = (order.get(eb[0], len(order)), eb[1])
+        keys.append((*last, n))
+    items[:] = [i for _, i in sorted(zip(keys, items), key=lambda kv: kv[0])]
     # tests that boot their own servers run after every test that shares the session's servers,
     # so those boot once per session and never run beside a probe's server
-    # an entry's K measurement boots go forward: every test on boot 1 (those measured once
-    # included), then the per-boot tests on boot 2, … (a stable sort: the order stays otherwise)
-    def boot_of(item: pytest.Item) -> int:
-        callspec = getattr(item, "callspec", None)
-        return int(callspec.params.get("llmgate_boot") or 1) if callspec else 1
-
-    if any(boot_of(i) > 1 for i in items):
-        entry_pos: dict[str, int] = {}
-        for i in items:
-            cfg = getattr(i, "callspec", None) and i.callspec.params.get("llmgate_config")
-            if cfg is not None:
-                entry_pos.setdefault(cfg.id, len(entry_pos))
-        def key(pair):
-            n, i = pair
-            cfg = getattr(i, "callspec", None) and i.callspec.params.get("llmgate_config")
-            return (entry_pos[cfg.id], boot_of(i), n) if cfg is not None else (-1, 0, n)
-        items[:] = [i for _, i in sorted(enumerate(items), key=key)]
     exclusive = [i for i in items if "llmgate_exclusive" in getattr(i, "fixturenames", ())]
     if exclusive:
         items[:] = [i for i in items if i not in exclusive] + exclusive
