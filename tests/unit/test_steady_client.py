@@ -16,15 +16,8 @@ STUB = Path(__file__).resolve().parents[1] / "validation" / "client_capacity.py"
 EVENTS, GAP = 20, 0.005          # 20 tokens 5 ms apart: ~0.1 s a request
 
 
-class Handle:
-    def __init__(self, url):
-        self.base_url = url
-
-    def check_alive(self):
-        pass
-
-    def auth_headers(self):
-        return {}
+sys.path.insert(0, str(STUB.parent))
+from client_capacity import Handle  # noqa: E402  (the stub server's handle, as the capacity check uses it)
 
 
 @pytest.fixture(scope="module")
