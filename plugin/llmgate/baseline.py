@@ -33,8 +33,9 @@ class BaselineError(ValueError):
 
 
 def fingerprint(config: dict[str, Any] | None, model_hash: str | None, device: dict[str, Any],
-                engine: dict[str, Any] | None) -> dict[str, Any]:
-    """What a stored result is keyed by: device, model content, full configuration, engine build."""
+                engine: dict[str, Any] | None, workload: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a stored result is keyed by: device, model content, full configuration, engine build,
+    and the workload (the request shapes of ``[scenarios]``) when given."""
     dev = {k: device.get(k) for k in ("cpu", "gpus", "driver") if device.get(k) is not None}
     if dev.get("gpus"):
         names = [g.get("name") for g in dev["gpus"]]
@@ -45,7 +46,10 @@ def fingerprint(config: dict[str, Any] | None, model_hash: str | None, device: d
         dev["gpus"] = names
     cfg = {k: v for k, v in (config or {}).items() if k not in NOT_FINGERPRINTED}
     eng = {k: (engine or {}).get(k) for k in ("engine", "version", "commit")}
-    return {"device": dev, "model_hash": model_hash, "config": cfg, "engine": eng}
+    out = {"device": dev, "model_hash": model_hash, "config": cfg, "engine": eng}
+    if workload is not None:
+        out["workload"] = dict(workload)
+    return out
 
 
 def fingerprint_mismatch(base: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -60,6 +64,15 @@ def fingerprint_mismatch(base: dict[str, Any], now: dict[str, Any]) -> list[str]
     changed = sorted(k for k in set(bc) | set(nc) if bc.get(k) != nc.get(k))
     if changed:
         problems.append("configuration differs: " + ", ".join(f"{k}: {bc.get(k)!r} → {nc.get(k)!r}" for k in changed))
+    if "workload" in now and "workload" not in base:
+        problems.append("the baseline does not record its workload (made before request shapes were fingerprinted): "
+                        "re-record it")
+    elif "workload" in now:
+        bw, nw = base["workload"] or {}, now["workload"] or {}
+        moved = sorted(k for k in set(bw) | set(nw) if bw.get(k) != nw.get(k))
+        if moved:
+            problems.append("workload differs: " + ", ".join(f"scenarios.{k}: {bw.get(k)!r} → {nw.get(k)!r}"
+                                                             for k in moved))
     return problems
 
 
@@ -301,7 +314,9 @@ def why_no_baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: d
         closer = [c for c in nearest if same(stored_fingerprint(c[1]))]
         if not closer:
             path, bench = nearest[-1]
-            detail = [d for d in fingerprint_mismatch(stored_fingerprint(bench), fingerprint) if d.startswith(problem)]
+            why = fingerprint_mismatch(stored_fingerprint(bench), fingerprint)
+            # the last level names whatever else differs (the configuration, or the workload)
+            detail = [d for d in why if d.startswith(problem)] or (why if level == "configuration" else [])
             return f"no baseline for this {level}: the nearest, {path}, " + (detail[0] if detail else problem)
         nearest = closer
     return None

@@ -228,24 +228,39 @@ class Steady:
 @dataclasses.dataclass(frozen=True)
 class RequestSpec:
     """What every request of a steady run looks like: a fresh prompt of ``prompt_tokens`` tokens
-    (seed ``{seed}:{stream}:{i}``: no two requests share a prefix) and the payload's other fields."""
+    (seed ``{seed}:{stream}:{i}``: no two requests share a prefix) and the payload's other fields.
+    With ``output_spread`` s > 0 request i asks for ``max_tokens`` × (1 ± s), drawn from the same
+    seed (so boot after boot the same requests ask for the same lengths), at least 1."""
 
     tokenizer: str
     prompt_tokens: int
     seed: str
     payload: dict[str, Any]
     path: str = "/v1/completions"
+    output_spread: float = 0.0
+
+    def output_tokens(self, tag: str, i: int) -> int:
+        base = int(self.payload["max_tokens"])
+        if self.output_spread <= 0:
+            return base
+        u = random.Random(f"llmgate-length:{self.seed}:{tag}:{i}").uniform(-1.0, 1.0)
+        return max(1, round(base * (1.0 + self.output_spread * u)))
 
     def request(self, prompts: PromptMaker, tag: str, i: int) -> Request:
-        return Request({**self.payload, "prompt": prompts.text(self.prompt_tokens, f"{self.seed}:{tag}:{i}")},
+        return Request({**self.payload, "prompt": prompts.text(self.prompt_tokens, f"{self.seed}:{tag}:{i}"),
+                        "max_tokens": self.output_tokens(tag, i)},
                        self.path, self.prompt_tokens)
 
 
-def spec(handle: ServerHandle, prompt_tokens: int, output_tokens: int, seed: str, **fields: Any) -> RequestSpec:
-    """The request of ``completion`` (greedy, exact output length), prompts made per request."""
+def spec(handle: ServerHandle, prompt_tokens: int, output_tokens: int, seed: str, output_spread: float = 0.0,
+         **fields: Any) -> RequestSpec:
+    """The request of ``completion`` (greedy, exact output length), prompts made per request;
+    ``output_spread``: see ``RequestSpec``."""
+    if not 0.0 <= output_spread < 1.0:
+        raise ValueError("output_spread must be in [0, 1)")
     payload = completion(handle, "", output_tokens, prompt_tokens=prompt_tokens, **fields).payload
     payload.pop("prompt")
-    return RequestSpec(str(handle.tokenizer_path), prompt_tokens, seed, payload)
+    return RequestSpec(str(handle.tokenizer_path), prompt_tokens, seed, payload, output_spread=output_spread)
 
 
 class _Controller:
@@ -434,8 +449,9 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
     probe: list[Sample] = []
     stagger = 0.0
     if rate is None and concurrency > 1:
-        probe = asyncio.run(_gather(handle.base_url, headers, [spec_.request(_prompt_maker(spec_.tokenizer), "probe", 0)],
-                                    1, timeout))
+        req = spec_.request(_prompt_maker(spec_.tokenizer), "probe", 0)
+        req.payload["max_tokens"] = spec_.payload["max_tokens"]      # the mean length, whatever the spread
+        probe = asyncio.run(_gather(handle.base_url, headers, [req], 1, timeout))
         if probe[0].ok:
             stagger = probe[0].e2e / concurrency
     t0 = time.perf_counter()

@@ -119,6 +119,12 @@ class Scenarios:
     warmup_segment_s: float | None = None      # warm-up segments whose throughput must stop rising
     warmup_max_s: float | None = None          # cap of the warm-up
     arrival_rate: float | None = None          # requests/s of the Poisson-arrival scenario
+    # closed loops at c > 1: each request's output length is drawn (seeded by the request, the same
+    # on every boot) from output_tokens × (1 ± output_spread).  Streams of one length that fall
+    # into step stay in step for good (a merge is absorbing), so which requests share a step, and
+    # with it TTFT and ITL p95, depended on how a boot's streams happened to merge; mixed lengths
+    # keep them mixing, and the window averages over that.  0: every request the same length.
+    output_spread: float = 0.5
 
     def steady(self, device: str, concurrency: int) -> dict[str, float]:
         """The steady-state settings (``llmgate.load.Steady`` fields) of a load at ``concurrency``."""
@@ -129,8 +135,19 @@ class Scenarios:
                 "max_s": max(d["window_max_s"], d["window_s"]), "warm_segment_s": d["warmup_segment_s"],
                 "warm_max_s": d["warmup_max_s"]}
 
+    def workload(self) -> dict[str, Any]:
+        """What shapes the requests the scenarios send (not how long they measure): part of every
+        stored result's fingerprint, so a baseline made with other request lengths is not compared."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self) if f.name in WORKLOAD_FIELDS}
+
     def rate(self, device: str) -> float:
         return self.arrival_rate if self.arrival_rate is not None else STEADY_DEFAULTS[device]["arrival_rate"]
+
+
+WORKLOAD_FIELDS = ("decode_prompt_tokens", "decode_output_tokens", "concurrency_prompt_tokens",
+                   "concurrency_output_tokens", "output_spread", "prefix_suffix_tokens", "spec_output_tokens",
+                   "arrival_rate")
 
 
 # Seen on the H200 (issue 12): vLLM's own benchmark needs ~13 s a run for two runs of one boot to
@@ -347,6 +364,8 @@ def _scenarios(raw: dict[str, Any], where: str) -> Scenarios:
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise MatrixError(f"{where}: scenarios: key {k!r} must be a number")
             v = float(v)
+            if k == "output_spread" and not 0.0 <= v < 1.0:
+                raise MatrixError(f"{where}: scenarios: key 'output_spread' must be in [0, 1) (got {v:g})")
         elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise MatrixError(f"{where}: scenarios: key {k!r} must be a positive integer")
         values[k] = v

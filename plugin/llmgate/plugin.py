@@ -562,7 +562,8 @@ class Gate:
         else:
             model_hash = self.session.model_hash(cfg) if cfg else None
             engine = {"engine": cfg.engine} if cfg else None
-        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine)
+        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
+                                          self.session.matrix.scenarios.workload())
 
     def measurement_boot(self) -> tuple[int, int] | None:
         """(k, K): this test measures boot k of its entry's K (tests marked ``boots``); None otherwise."""

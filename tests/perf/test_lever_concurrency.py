@@ -18,9 +18,11 @@ def test_concurrency_sweep(llmgate_config, llmgate_server, llmgate_settings, llm
     figures = {}
     for n in sc.concurrency_levels:
         steady = load.Steady(**sc.steady(llmgate_config.device, n))
-        res = load.steady(h, load.spec(h, sc.concurrency_prompt_tokens, sc.concurrency_output_tokens, f"sweep-c{n}"),
+        res = load.steady(h, load.spec(h, sc.concurrency_prompt_tokens, sc.concurrency_output_tokens, f"sweep-c{n}",
+                                       sc.output_spread if n > 1 else 0.0),
                           n, steady, st.request_timeout, label=f"sweep c={n}")
         gate.requests(res)
+        assert all(x.completion_tokens == x.requested_output_tokens for x in res.ok)
         parts = stats.repeat_metrics(res, st.repeats)
         for note in res.notes:
             gate.note(f"sweep c={n} window: {note}")

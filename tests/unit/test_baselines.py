@@ -8,7 +8,7 @@ import os
 import pytest
 
 import baseline_files
-from llmgate import baseline, device
+from llmgate import baseline, device, matrix
 
 RECORDING_TEST = """
 import json, os, pathlib
@@ -25,7 +25,8 @@ NAME = "test_rec.py::test_measure::decode_tok_s"
 
 
 def here_fingerprint(**override):
-    fp = baseline.fingerprint(None, None, device.describe(), None)
+    # the embedded default's workload (it has no [scenarios] of its own)
+    fp = baseline.fingerprint(None, None, device.describe(), None, matrix.Scenarios().workload())
     fp.update(override)
     return fp
 
@@ -221,3 +222,23 @@ def test_atomic_save_never_overwrites(tmp_path):
         baseline.atomic_write(target, b"{new}")
     assert target.read_bytes() == b"{}"
     assert [p.name for p in tmp_path.iterdir()] == ["0001_x.json"]   # no temporary file left behind
+
+
+def test_a_baseline_of_another_workload_is_not_compared(pytester):
+    """Request shapes are part of the fingerprint: a baseline whose scenarios sent other output
+    lengths (here: every request the same length) is named, not compared; one that predates the
+    workload fingerprint is asked to be re-recorded."""
+    other = here_fingerprint()
+    other["workload"] = {**other["workload"], "output_spread": 0.0}
+    first = baseline_files.write(pytester.path, "base", {NAME: [100] * 5}, fingerprint=other)
+    r = run(pytester, [[50] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*no baseline for this configuration: the nearest, *0001_base.json, "
+                            "workload differs: scenarios.output_spread: 0.0 → 0.5*"])
+    legacy = here_fingerprint()
+    del legacy["workload"]
+    first.unlink()
+    baseline_files.write(pytester.path, "legacy", {NAME: [100] * 5}, fingerprint=legacy)
+    r = run(pytester, [[50] * 5], "--benchmark-compare")
+    r.assert_outcomes(passed=1)
+    r.stdout.fnmatch_lines(["*the baseline does not record its workload*re-record it*"])

@@ -1,18 +1,21 @@
 """An engine made slower on purpose, to prove what the gate can see (issue 12's validation).
 
-Put this folder first on the engine's PYTHONPATH and set LLMGATE_SLOWDOWN_US=N: every vLLM model
-step (``GPUModelRunner.execute_model`` of the V1 runner, which the CPU runner inherits, and of
-the V2 runner) then waits N µs before its
-forward pass, in the engine's own process — the engine really is slower, not the client path.
+Put this folder first on the engine's PYTHONPATH and set LLMGATE_SLOWDOWN_US=N: every forward pass
+of vLLM's Llama model (``LlamaForCausalLM.forward``, which every model step of the V1 and V2 runners
+and of the CPU runner goes through, batch of 1 or of 16) then does N µs more work, in the engine's
+own process — the engine really is slower, not the client path.
 
-- On a GPU the wait is a kernel on the step's CUDA stream (``torch.cuda._sleep``), so it
-  serialises with the step's own kernels (a host-side sleep could hide under asynchronous
-  scheduling).  Its length in GPU cycles is calibrated once against CUDA events at the clock the
-  GPU runs at, and the wait measured by CUDA events is printed to the engine's log:
-  "llmgate slowdown: … µs per step (measured …)".
-- On the CPU it is a busy wait of N µs (time.perf_counter), measured the same way.
+- On a GPU the extra work is a kernel on the forward's CUDA stream (``torch.cuda._sleep``), so it
+  serialises with the model's own kernels, and it is part of what vLLM captures into its CUDA
+  graphs (the forward is called inside the capture), so it is replayed with every step of every
+  batch size.  (The first version waited before ``GPUModelRunner.execute_model``: the V2 runner
+  overlapped it with batched steps, c=8 was not slowed at all.)  Its length in GPU cycles is
+  calibrated once, at the first forward outside a capture (vLLM's memory-profiling run), against
+  CUDA events at the clock the GPU runs at then, and printed to the engine's log:
+  "llmgate slowdown: … µs per forward asked, … measured by CUDA events".
+- On the CPU it is a busy wait of N µs (time.perf_counter) before the forward, measured the same way.
 
-The expected slowdown of a step of length t is N / (t + N); the gate's figures are checked
+A step of length t becomes t + N long, a slowdown of N / (t + N); the gate's figures are checked
 against that in the closing note.  Used by gpu/make-slow-launcher.sh.
 """
 
@@ -22,9 +25,8 @@ import sys
 import time
 
 _US = float(os.environ.get("LLMGATE_SLOWDOWN_US", "0") or 0)
-# the V1 runner (the CPU runner inherits it) and the V2 runner (vllm.v1.worker.gpu.model_runner,
-# vLLM's default for plain decoder models on a GPU in 0.26): each has GPUModelRunner.execute_model
-_TARGETS = ("vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner")
+# the model every gate entry of the GPU matrices and the CPU defaults is declared as (a Llama shape)
+_TARGETS = ("vllm.model_executor.models.llama",)
 _state: dict = {}
 
 
@@ -45,7 +47,7 @@ def _wait_gpu(torch) -> None:
         torch.cuda._sleep(cycles)
         end.record()
         end.synchronize()
-        print(f"llmgate slowdown: {_US:g} µs per step asked, {start.elapsed_time(end) * 1000:.1f} µs measured by CUDA "
+        print(f"llmgate slowdown: {_US:g} µs per forward asked, {start.elapsed_time(end) * 1000:.1f} µs measured by CUDA "
               f"events ({cycles} GPU cycles, {per_us:.0f} cycles/µs)", file=sys.stderr, flush=True)
     torch.cuda._sleep(cycles)
 
@@ -60,32 +62,27 @@ def _wait_cpu() -> None:
         t_end = t0 + _US / 1e6
         while time.perf_counter() < t_end:
             pass
-        print(f"llmgate slowdown: {_US:g} µs per step asked, {(time.perf_counter() - t0) * 1e6:.1f} µs measured "
+        print(f"llmgate slowdown: {_US:g} µs per forward asked, {(time.perf_counter() - t0) * 1e6:.1f} µs measured "
               f"(CPU busy wait)", file=sys.stderr, flush=True)
 
 
 def _patch(module) -> None:
-    cls = module.GPUModelRunner
-    original = cls.execute_model
+    cls = module.LlamaForCausalLM
+    original = cls.forward
 
-    def execute_model(self, *args, **kwargs):
+    def forward(self, *args, **kwargs):
         import torch
 
-        on_gpu = torch.cuda.is_available() and str(getattr(self, "device", "cuda")).startswith("cuda")
-        # warm-up, profiling and CUDA-graph capture steps stay as they are (a kernel captured into a
-        # graph would be replayed on top of the wait)
-        if kwargs.get("dummy_run") or (on_gpu and torch.cuda.is_current_stream_capturing()):
-            return original(self, *args, **kwargs)
-        if on_gpu:
-            _wait_gpu(torch)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            if "cycles" in _state or not torch.cuda.is_current_stream_capturing():
+                _wait_gpu(torch)            # calibrated outside a capture; inside one, captured with the step
         else:
             _wait_cpu()
         return original(self, *args, **kwargs)
 
-    cls.execute_model = execute_model
-    print(f"llmgate slowdown: {module.__name__}.{cls.__name__}.execute_model waits {_US:g} µs per step "
-          f"(pid {os.getpid()})",
-          file=sys.stderr, flush=True)
+    cls.forward = forward
+    print(f"llmgate slowdown: {module.__name__}.{cls.__name__}.forward does {_US:g} µs more work per call "
+          f"(pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
