@@ -637,7 +637,8 @@ class Gate:
         self.stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
         regime = self.session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
         verdict = dataclasses.replace(verdict, test=test, note="; ".join(notes), regime=regime)
-        base_raw = base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw") if base is not None else None
+        base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw"))
+                    if base is not None else None)
         if raw is not None or base_raw is not None:
             self.session.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
         if refused:

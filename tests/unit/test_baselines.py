@@ -3,6 +3,7 @@ untouched), written atomically, compared only when the fingerprint matches, and 
 is re-measured once before it fails (confirmation run)."""
 
 import json
+import pathlib
 import os
 
 import pytest
@@ -242,3 +243,25 @@ def test_a_baseline_of_another_workload_is_not_compared(pytester):
     r = run(pytester, [[50] * 5], "--benchmark-compare")
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*the baseline does not record its workload*re-record it*"])
+
+
+def test_raw_arrays_are_stored_packed_and_read_either_way():
+    raw = {"ttft_s": [0.012345, None], "itl_s": [[0.001, 0.002]] * 500, "errors": []}
+    packed = baseline.pack_raw(raw)
+    assert packed["encoding"] == baseline.RAW_ENCODING
+    assert len(json.dumps(packed)) < len(json.dumps(raw)) / 5
+    assert baseline.unpack_raw(packed) == raw
+    assert baseline.unpack_raw(raw) == raw          # files saved before: plain arrays
+    assert baseline.unpack_raw(None) is None
+
+
+def test_committed_baselines_are_valid_and_their_raw_arrays_unpack():
+    root = pathlib.Path(__file__).resolve().parents[2] / "baselines"
+    files = baseline.stored_files(root)
+    assert files
+    for f in files:
+        baseline.validate_file(f)
+        for b in json.loads(f.read_text())["benchmarks"]:
+            raw = (b.get("extra_info") or {}).get("llmgate", {}).get("raw")
+            if raw is not None:
+                assert isinstance(baseline.unpack_raw(raw), dict), f
