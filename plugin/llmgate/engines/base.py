@@ -10,9 +10,11 @@ branches on the engine's name.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import shutil
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
@@ -134,6 +136,23 @@ def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
     from .. import device
 
     return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
+
+
+def convert_once(out: Path, make: Callable[[Path], None]) -> Path:
+    """``out`` (a converted model file or folder, cached beside its source), made when missing:
+    ``make(tmp)`` writes it under a temporary name, which then becomes ``out``."""
+    if out.exists():
+        return out
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        make(tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+    return out
 
 
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
