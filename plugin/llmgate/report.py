@@ -17,14 +17,12 @@ from .baseline import no_baseline_reason
 from .verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
-def verdict_rows(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[list[str]]:
-    """Table rows of verdicts, given as objects or as the report's verdict dicts."""
-    from . import metrics as metrics_mod
-
+def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
+    """Table rows of verdicts (those of report.json rebuilt with ``Verdict.from_dict``)."""
     rows = []
-    ds = [v if isinstance(v, dict) else _verdict_dict(v, lambda _: None, {}) for v in verdicts]
-    for v in sorted(ds, key=lambda v: (v["config"], v["test"], v["key"])):
-        m = metrics_mod.get(v["key"])
+    pairs = [(v, v.to_dict()) for v in verdicts]
+    for obj, v in sorted(pairs, key=lambda p: (p[1]["config"], p[1]["test"], p[1]["key"])):
+        m = obj.metric
         now, base = v["now"], v["baseline"]
         spread = f"{m.display(now['min'])} – {m.display(now['max'])}" if now["n"] > 1 else ""
         boots = (v.get("boots") or {}).get("now") or 0
@@ -57,7 +55,7 @@ def mde_cell(v: dict[str, Any]) -> str:
     return ("≥" if lower else "") + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
 
 
-def verdict_table(verdicts: Iterable[Verdict | dict[str, Any]]) -> str:
+def verdict_table(verdicts: Iterable[Verdict]) -> str:
     return tabulate(verdict_rows(verdicts),
                     headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "MDE",
                              "verdict", "regime"],
@@ -80,21 +78,8 @@ REPORT_SCHEMA = "llmgate-report/1"        # documented in docs/report.md, checke
 
 def _verdict_dict(v: Verdict, configs: Callable[[str], dict[str, Any] | None],
                   raw: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
-    m = v.metric
     r = raw.get((v.config_id, v.test, v.key)) or {}
-    return {
-        "config": v.config_id, "config_detail": configs(v.config_id), "test": v.test, "key": v.key,
-        "metric": m.name, "label": m.label, "unit": m.unit, "better": m.better,
-        "status": v.status, "change": v.change, "ci95": list(v.ci) if v.ci else None, "p_value": v.p_value,
-        "method": v.method, "min_effect": v.min_effect, "baseline_source": v.baseline_source, "note": v.note,
-        "now": {**v.now.as_dict(), "values": list(v.samples)},
-        "baseline": {**v.baseline.as_dict(), "values": list(v.baseline_samples)} if v.baseline else None,
-        "raw": r.get("now"), "baseline_raw": r.get("baseline"),
-        "mde": v.mde, "mde_basis": v.mde_basis, "boots_needed": v.boots_needed,
-        "boots": {"baseline": v.boots[0], "now": v.boots[1]},
-        "boot_values": list(v.boot_values), "baseline_boot_values": list(v.baseline_boot_values),
-        "noise": v.noise.as_dict() if v.noise is not None else None, "regime": v.regime,
-    }
+    return {**v.to_dict(), "config_detail": configs(v.config_id), "raw": r.get("now"), "baseline_raw": r.get("baseline")}
 
 
 def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]], verdicts: list[Verdict],
@@ -178,7 +163,6 @@ def _fmt(metric_display: Callable[[float], str], x: float | None) -> str:
 
 def markdown(rep: dict[str, Any]) -> str:
     """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY)."""
-    from . import metrics as metrics_mod
 
     c = rep["counts"]
     verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
@@ -208,7 +192,7 @@ def markdown(rep: dict[str, Any]) -> str:
         lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | MDE | verdict | regime |",
                   "|---|---|---|---|---|---|---|---|"]
         for v in sorted(vs, key=lambda v: (v["config"], v["key"])):
-            m = metrics_mod.get(v["key"])
+            m = Verdict.from_dict(v).metric
             suffix = f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""
             base = _fmt(m.display, v["baseline"]["median"]) if v["baseline"] else "—"
             change = f"{v['change']:+.1%}" if v["change"] is not None else "—"

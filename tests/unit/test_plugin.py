@@ -115,7 +115,7 @@ def test_save_then_compare_passes_then_regression_fails(pytester):
     files = stored_files(pytester)
     assert len(files) == 1, "pytest-benchmark storage should default to baselines/"
     saved = json.loads(files[0].read_text())
-    entry = {b["fullname"]: b for b in saved["benchmarks"]}["test_rec.py::test_measure::decode_tok_s"]
+    entry = {b["fullname"]: b for b in saved["benchmarks"]}["measure::decode_tok_s"]
     assert entry["extra_info"]["llmgate"]["values"] == base_tok
     assert entry["extra_info"]["llmgate"]["better"] == "higher"
     assert entry["stats"]["median"] == pytest.approx(1 / 100)  # stored as s/token: bigger is worse
