@@ -256,9 +256,10 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         if merged["id"] in seen:
             raise MatrixError(f"{where}: {label}: key 'id' is used by two entries")
         seen.add(merged["id"])
-        if merged["engine"] not in engines.names():
-            raise MatrixError(f"{where}: {label}: key 'engine': unknown engine {merged['engine']!r} "
-                              f"(known: {', '.join(engines.names())})")
+        try:
+            adapter = engines.get(merged["engine"])      # unknown, registered twice, or its entry point broken
+        except engines.EngineError as e:
+            raise MatrixError(f"{where}: {label}: key 'engine': {e}") from None
         if merged.get("device", "cpu") not in DEVICES:
             raise MatrixError(f"{where}: {label}: key 'device' must be one of {', '.join(DEVICES)}")
         if any(not isinstance(a, str) for a in merged.get("args", [])):

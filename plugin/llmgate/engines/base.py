@@ -10,9 +10,11 @@ branches on the engine's name.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import shutil
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
@@ -40,14 +42,28 @@ class BootDiagnosis:
 
 @runtime_checkable
 class Engine(Protocol):
-    name: ClassVar[str]
-    health_path: ClassVar[str]
-    metrics_path: ClassVar[str | None]
-    api_key_env: ClassVar[str | None]
-    structured_slack: ClassVar[int]
+    """The engine contract: every attribute and method the gate uses on an adapter.
 
+    ``BaseAdapter`` gives a default for each method but ``command`` and ``info``; an adapter
+    overrides what its engine does differently.  ``llmgate.engines.check(adapter)`` checks an
+    adapter against this contract without booting it (docs/engines.md)."""
+
+    name: ClassVar[str]                     # the matrix's ``engine = "..."``
+    health_path: ClassVar[str]              # GET → 200 once ready (the default ``ready``)
+    metrics_path: ClassVar[str | None]      # Prometheus text, None if the engine has none
+    api_key_env: ClassVar[str | None]       # the variable it reads its API key from, None if none
+    structured_slack: ClassVar[int]         # extra max_tokens for constrained requests
+
+    # -- before the boot ---------------------------------------------------------------
     def unavailable(self, cfg: ServerConfig) -> str | None:
         """None when the engine can be launched here; otherwise why not, with the install hint."""
+
+    def check_model(self, cfg: ServerConfig, model: Path) -> str | None:
+        """None when this engine can load ``model`` (a folder or file that exists); otherwise what is
+        missing, in one line (checked when the matrix is loaded and again before the boot)."""
+
+    def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
+        """The model as this engine loads it (a converted or quantized copy, cached), from a folder or file."""
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
         """The command line that serves ``model`` for ``cfg`` on host:port."""
@@ -55,24 +71,46 @@ class Engine(Protocol):
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         """Variables added to the server's environment (the config's own ``env`` goes on top)."""
 
+    def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:
+        """The free memory each GPU needs before this engine boots ``cfg`` on a GPU of
+        ``total_bytes``, with how it was reckoned; None when the engine does not say (no check)."""
+
+    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
+        """Read a failed boot's log; None when nothing in it is recognised."""
+
+    # -- the running server ------------------------------------------------------------
+    def ready(self, http: httpx.Client, base_url: str, model_name: str) -> bool:
+        """True once the server answers requests; False (never an exception) while it does not."""
+
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         """Ask the running server for its version (and commit where it tells)."""
 
+    def read_log(self, log_text: str) -> dict[str, Any]:
+        """Facts a successful boot's log states (attention backend, KV cache capacity in tokens…)."""
+
+    def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
+        """Why this engine cannot run a lever scenario for ``cfg`` (the test skips with it); None if it can."""
+
+    # -- request fields ----------------------------------------------------------------
     def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
         """Extra request fields so that exactly ``max_tokens`` are generated."""
 
     def stream_fields(self) -> dict[str, Any]:
         """Extra request fields for streaming with token counts."""
 
-    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> None:
-        """Empty the engine's prefix cache (raise if it cannot)."""
+    def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        """Request fields for constrained decoding (``json_schema``/``regex``/``choice`` spec); None if unsupported."""
 
-    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
-        """Read a failed boot's log; None when nothing in it is recognised."""
+    def token_ids_fields(self) -> dict[str, Any]:
+        """Request fields that make a non-streamed completion return its token ids."""
 
-    def read_log(self, log_text: str) -> dict[str, Any]:
-        """Facts a successful boot's log states (attention backend, KV cache capacity in tokens…)."""
+    def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:
+        """The token ids of one completion choice; None when the response has none."""
 
+    def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
+        """Empty the prefix cache; False when the engine has no way to (callers then use new prefixes)."""
+
+    # -- signals (two /metrics scrapes) ------------------------------------------------
     def spec_acceptance(self, delta: Delta) -> SpecAcceptance | None:
         """Speculative-decoding acceptance between two /metrics scrapes; None if the engine has no counters."""
 
@@ -100,6 +138,23 @@ def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
     return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
 
 
+def convert_once(out: Path, make: Callable[[Path], None]) -> Path:
+    """``out`` (a converted model file or folder, cached beside its source), made when missing:
+    ``make(tmp)`` writes it under a temporary name, which then becomes ``out``."""
+    if out.exists():
+        return out
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        make(tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+    return out
+
+
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
     m = None
     for m in re.finditer(pattern, text, flags):
@@ -108,7 +163,8 @@ def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
 
 
 class BaseAdapter:
-    """Defaults for the protocol: an adapter overrides what its engine does differently."""
+    """Defaults for the contract (``Engine``): an adapter defines ``command`` and ``info`` and
+    overrides what its engine does differently."""
 
     name: ClassVar[str] = "?"
     health_path: ClassVar[str] = "/health"
@@ -122,15 +178,17 @@ class BaseAdapter:
     def unavailable(self, cfg: ServerConfig) -> str | None:
         return None
 
+    def check_model(self, cfg: ServerConfig, model: Path) -> str | None:
+        return None
+
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
-        """The model as this engine loads it (a converted or quantized copy, cached), from a folder or file."""
         return model
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         return {}
 
     def ready(self, http: httpx.Client, base_url: str, model_name: str) -> bool:
-        """True once the server answers requests (default: GET health_path is 200)."""
+        # GET health_path is 200
         try:
             return http.get(base_url + self.health_path).status_code == 200
         except httpx.HTTPError:
@@ -143,7 +201,6 @@ class BaseAdapter:
         return {"stream_options": {"include_usage": True}}
 
     def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
-        """Empty the prefix cache; False when the engine has no way to (callers then use new prefixes)."""
         return False
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
@@ -165,20 +222,15 @@ class BaseAdapter:
         return None
 
     def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:
-        """The free memory each GPU needs before this engine boots ``cfg`` on a GPU of
-        ``total_bytes``, with how it was reckoned; None when the engine does not say (no check)."""
         return None
 
     def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
-        """Why this engine cannot run a lever scenario for ``cfg`` (the test skips with it); None if it can."""
         return None
 
     def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
-        """Request fields for constrained decoding (``json_schema``/``regex``/``choice`` spec); None if unsupported."""
         return None
 
     def token_ids_fields(self) -> dict[str, Any]:
-        """Request fields that make a non-streamed completion return its token ids."""
         return {}
 
     def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:

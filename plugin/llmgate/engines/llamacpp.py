@@ -43,7 +43,7 @@ import httpx
 from .. import install, tinymodel
 from ..matrix import ServerConfig
 from ..signals import Delta, SpecAcceptance
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
+from .base import BaseAdapter, BootDiagnosis, EngineInfo, convert_once, last_match
 
 INSTALL_HINT = "build it with `python -m llmgate.install llama-server` (llama.cpp from the llama-cpp-python sdist, ~10 min on 2 cores) or set LLMGATE_LLAMA_SERVER"
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -89,14 +89,11 @@ class Adapter(BaseAdapter):
             model = tinymodel.gguf_path(model)
         if not cfg.quantization:
             return model
-        out = model.with_name(f"{model.stem}.{cfg.quantization}.gguf")
-        if not out.is_file():
-            quantize = find_binary(cfg).with_name("llama-quantize")
-            tmp = out.with_suffix(f".tmp{os.getpid()}.gguf")
-            subprocess.run([str(quantize), str(model), str(tmp), cfg.quantization, "1"], check=True,
-                           capture_output=True, timeout=1800)
-            os.replace(tmp, out)
-        return out
+        def quantize(tmp: Path) -> None:
+            subprocess.run([str(find_binary(cfg).with_name("llama-quantize")), str(model), str(tmp), cfg.quantization, "1"],
+                           check=True, capture_output=True, timeout=1800)
+
+        return convert_once(model.with_name(f"{model.stem}.{cfg.quantization}.gguf"), quantize)
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
         threads = max(1, (os.cpu_count() or 2) - 1) if cfg.device == "cpu" else (os.cpu_count() or 1)

@@ -22,9 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,7 +31,8 @@ import httpx
 
 from .. import tinymodel
 from ..matrix import ServerConfig
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, last_match
+from .base import EngineInfo, convert_once
+from .pymodule import PythonModuleAdapter, run_python
 
 INSTALL_HINT = "pip install 'pytest-llmgate[cpu-mlx]' (mlx[cpu] and mlx-lm), or set LLMGATE_MLX_PYTHON to a Python that has them"
 OPENBLAS = ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
@@ -41,15 +40,9 @@ OPENBLAS = ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
 KV_BITS = {"q8": 8, "q8_0": 8, "8bit": 8, "q4": 4, "q4_0": 4, "4bit": 4}
 
 
-def python(cfg: ServerConfig) -> str:
-    return cfg.launcher or os.environ.get("LLMGATE_MLX_PYTHON") or sys.executable
-
-
 @functools.lru_cache(maxsize=8)
 def _versions(py: str) -> str | None:
-    out = subprocess.run([py, "-c", "import importlib.metadata as m; print('mlx-lm', m.version('mlx-lm'), "
-                                    "'/ mlx', m.version('mlx'))"], capture_output=True, text=True, timeout=60)
-    return out.stdout.strip() or None
+    return run_python(py, "import importlib.metadata as m; print('mlx-lm', m.version('mlx-lm'), '/ mlx', m.version('mlx'))")
 
 
 def _hf_home() -> str:
@@ -58,21 +51,27 @@ def _hf_home() -> str:
     return str(home)
 
 
-class Adapter(BaseAdapter):
+class Adapter(PythonModuleAdapter):
     name: ClassVar[str] = "mlx"
     metrics_path: ClassVar[str | None] = None
+    package: ClassVar[str] = "mlx_lm"
+    display: ClassVar[str] = "mlx-lm"
+    python_env: ClassVar[str] = "LLMGATE_MLX_PYTHON"
+    install_hint: ClassVar[str] = INSTALL_HINT
+    usage_per_chunk: ClassVar[bool] = False         # an empty stream_options even crashes the request
+    weight_patterns: ClassVar[tuple[str, ...]] = ("*.safetensors",)
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
-        py = python(cfg)
-        if not Path(py).is_file():
-            return f"launcher {py!r} does not exist"
-        probe = subprocess.run([py, "-c", "import importlib.util as u, sys; sys.exit(u.find_spec('mlx_lm') is None)"],
-                               capture_output=True, timeout=60)
-        if probe.returncode != 0:
-            return f"mlx-lm is not installed in {py} ({INSTALL_HINT})"
         if cfg.kv_cache_dtype not in ("auto", *KV_BITS):
-            return f"kv_cache_dtype {cfg.kv_cache_dtype!r}: MLX-LM quantizes the KV cache to {sorted(KV_BITS)}"
-        return None
+            why = f"kv_cache_dtype {cfg.kv_cache_dtype!r}: MLX-LM quantizes the KV cache to {sorted(KV_BITS)}"
+        else:
+            why = None
+        return super().unavailable(cfg) or why
+
+    def check_model(self, cfg: ServerConfig, model: Path) -> str | None:
+        if not model.is_dir():
+            return f"{model} is a file: MLX-LM loads a Hugging Face model folder (config.json, *.safetensors, tokenizer)"
+        return super().check_model(cfg, model)
 
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
         args: list[str] = []
@@ -86,16 +85,12 @@ class Adapter(BaseAdapter):
         if not args:
             return model
         key = hashlib.sha256((tinymodel.model_hash(model) + " ".join(args)).encode()).hexdigest()[:12]
-        out = model.parent / f"{model.name}.mlx-{key}"
-        if not out.is_dir():
-            tmp = model.parent / f".{out.name}.tmp{os.getpid()}"
-            subprocess.run([python(cfg), "-m", "mlx_lm.convert", "--hf-path", str(model), "--mlx-path", str(tmp),
-                            *args], check=True, capture_output=True, timeout=1800, env=self._env())
-            os.replace(tmp, out)
-        return out
+        return convert_once(model.parent / f"{model.name}.mlx-{key}", lambda tmp: subprocess.run(
+            [self.python(cfg), "-m", "mlx_lm.convert", "--hf-path", str(model), "--mlx-path", str(tmp), *args],
+            check=True, capture_output=True, timeout=1800, env=self._env()))
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
-        cmd = [python(cfg), "-m", "mlx_lm.server", "--model", str(model), "--host", host, "--port", str(port),
+        cmd = [self.python(cfg), "-m", "mlx_lm.server", "--model", str(model), "--host", host, "--port", str(port),
                "--max-tokens", str(cfg.max_model_len)]
         if not cfg.prefix_caching:
             cmd += ["--prompt-cache-size", "0"]
@@ -113,7 +108,7 @@ class Adapter(BaseAdapter):
         return env
 
     def environment(self, cfg: ServerConfig | None) -> dict[str, str]:
-        env = {"HF_HOME": _hf_home(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {**super().environment(cfg), "HF_HOME": _hf_home()}
         blas = next((p for p in OPENBLAS if Path(p).is_file()), None)
         if blas:
             env["LD_PRELOAD"] = blas
@@ -131,15 +126,11 @@ class Adapter(BaseAdapter):
             return False
 
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
-        v = _versions(python(cfg) if cfg else sys.executable)
-        return EngineInfo("mlx", v, None, {"python": python(cfg) if cfg else sys.executable})
+        py = self.python(cfg)
+        return EngineInfo("mlx", _versions(py), None, {"python": py})
 
     def fixed_length_fields(self, cfg: ServerConfig, eos_token_id: int | None) -> dict[str, Any]:
         return {"logit_bias": {str(eos_token_id): -100}} if eos_token_id is not None else {}
-
-    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
-        m = last_match(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+", log_text, re.M)
-        return BootDiagnosis(m.group(0).strip()[:400]) if m else None
 
     def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
         if scenario == "kv_max_len":

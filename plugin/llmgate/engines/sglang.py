@@ -20,12 +20,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -33,36 +29,29 @@ import httpx
 
 from ..matrix import ServerConfig
 from ..signals import Delta, SpecAcceptance
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
+from .base import EngineInfo, gpu_memory_fraction, last_match
+from .pymodule import PythonModuleAdapter
 
 INSTALL_HINT = "SGLang needs an NVIDIA GPU: pip install 'sglang[all]' on the GPU machine"
 SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "nextn": "NEXTN", "ngram": "NGRAM",
                    "draft_model": "STANDALONE", "standalone": "STANDALONE"}
 
 
-def python(cfg: ServerConfig) -> str:
-    """The interpreter that runs SGLang: the entry's ``launcher``, else ``$LLMGATE_SGLANG_PYTHON``
-    (SGLang pins its own transformers, so it often lives apart from the gate), else this Python."""
-    return cfg.launcher or os.environ.get("LLMGATE_SGLANG_PYTHON") or sys.executable
-
-
-class Adapter(BaseAdapter):
+class Adapter(PythonModuleAdapter):
     name: ClassVar[str] = "sglang"
+    package: ClassVar[str] = "sglang"
+    display: ClassVar[str] = "SGLang"
+    # SGLang pins its own transformers, so it often lives apart from the gate
+    python_env: ClassVar[str] = "LLMGATE_SGLANG_PYTHON"
+    install_hint: ClassVar[str] = INSTALL_HINT
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.device != "gpu":
             return f"SGLang runs on GPUs only (entry has device = {cfg.device!r}); {INSTALL_HINT}"
-        py = python(cfg)
-        if py != sys.executable:
-            if not Path(py).is_file():
-                return f"launcher {py!r} does not exist (a Python interpreter with SGLang installed)"
-            probe = subprocess.run([py, "-c", "import importlib.util as u, sys; "
-                                    "sys.exit(u.find_spec('sglang') is None)"], capture_output=True, timeout=60)
-            return None if probe.returncode == 0 else f"SGLang is not installed in {py} ({INSTALL_HINT})"
-        return None if importlib.util.find_spec("sglang") else f"SGLang is not installed ({INSTALL_HINT})"
+        return super().unavailable(cfg)
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
-        cmd = [python(cfg), "-m", "sglang.launch_server", "--model-path", str(model), "--host", host, "--port", str(port),
+        cmd = [self.python(cfg), "-m", "sglang.launch_server", "--model-path", str(model), "--host", host, "--port", str(port),
                "--context-length", str(cfg.max_model_len), "--dtype", cfg.dtype, "--enable-metrics",
                "--enable-cache-report", "--constrained-json-disable-any-whitespace"]
         if cfg.kv_cache_dtype != "auto":
@@ -94,8 +83,7 @@ class Adapter(BaseAdapter):
         return cmd + list(cfg.args)
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
-        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "SGLANG_HOST_IP": "127.0.0.1"}
-        return env
+        return {**super().environment(cfg), "SGLANG_HOST_IP": "127.0.0.1"}
 
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         data = http.get(base_url + "/get_server_info").json()
@@ -114,9 +102,6 @@ class Adapter(BaseAdapter):
             facts["avg_spec_accept_length"] = states[0]["avg_spec_accept_length"]
         return facts
 
-    def stream_fields(self) -> dict[str, Any]:
-        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-
     def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
         if spec["type"] == "json_schema":
             return {"json_schema": json.dumps(spec["schema"])}
@@ -130,10 +115,6 @@ class Adapter(BaseAdapter):
     def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
         http.post(base_url + "/flush_cache").raise_for_status()
         return True
-
-    def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
-        m = last_match(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+", log_text, re.M)
-        return BootDiagnosis(m.group(0).strip()[:400]) if m else None
 
     def read_log(self, log_text: str) -> dict[str, Any]:
         facts: dict[str, Any] = {}

