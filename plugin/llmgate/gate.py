@@ -83,7 +83,8 @@ class Gate:
         Every request is accounted for (a failed one fails the test)."""
         cfg, h = self.entry, self.server
         label = label or (f"rate {rate:g}" if rate else f"c={concurrency}")
-        window = load.Steady(**self.scenarios.steady(cfg.device, concurrency if rate is None else max(2, concurrency)))
+        sizes: dict[str, Any] = self.scenarios.steady(cfg.device, concurrency if rate is None else max(2, concurrency))
+        window = load.Steady(**sizes)
         result = load.steady(h, load.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), **fields),
                              concurrency, window, self.settings.request_timeout, rate=rate, label=label)
         self.requests(result)
@@ -124,14 +125,14 @@ class Gate:
             self.requests(result)
         return result
 
-    def repeat_values(self, result: LoadResult | SteadyResult, figure: str) -> list[float]:
+    def repeat_values(self, result: SteadyResult, figure: str) -> list[float]:
         """One value per repeat of a measurement: the window (or the requests) cut into
         ``settings.repeats`` parts, ``figure`` of each (``decode_tok_s``, ``ttft_p50``, ``ttft_p95``,
         ``itl_p95``, ``tpot_median``, ``e2e_p50``, ``aggregate_tok_s`` …)."""
         return stats.values_of(stats.repeat_metrics(result, self.settings.repeats), figure)
 
-    def whole(self, result: LoadResult | SteadyResult) -> dict[str, float]:
-        """The figures of a whole measurement (not cut into repeats)."""
+    def whole(self, result: SteadyResult) -> dict[str, float]:
+        """The figures of a whole steady-state window (not cut into repeats)."""
         return stats.window_metrics(result)
 
     def scrape(self) -> signals.Scrape:
@@ -235,6 +236,8 @@ class Gate:
         cfg = self.config_entry
         server = self.session.servers.get(cfg.id) if cfg else None
         handle = server.handle if server is not None else None
+        model_hash: str | None
+        engine: dict[str, Any] | None
         if handle is not None:
             model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
         else:

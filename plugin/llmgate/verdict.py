@@ -317,7 +317,7 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     flat_base = [v for b in base_boots for v in b]
     base_vals = [median(b) for b in base_boots]
     noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots))
-    common = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
+    common: dict[str, Any] = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
                   boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise)
     if noise.between is None or noise.df < 1 or min(now_vals + base_vals) <= 0:
         v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)

@@ -3,7 +3,6 @@ untouched), written atomically, compared only when the fingerprint matches, and 
 is re-measured once before it fails (confirmation run)."""
 
 import json
-import os
 
 import pytest
 
