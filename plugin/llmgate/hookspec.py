@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def pytest_llmgate_matrix(config: pytest.Config, matrix: Matrix) -> Matrix | None:
     """The matrix was loaded (and validated): return a changed one (``dataclasses.replace``:
     entries added, dropped or adjusted), or None to leave it.  Called once per session, before
-    collection parametrizes any test; with several implementations, the last non-None wins."""
+    collection parametrizes any test; with several implementations each non-None result replaces
+    the matrix, in pluggy's call order."""
 
 
 @pytest.hookspec
