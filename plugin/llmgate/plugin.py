@@ -8,11 +8,8 @@ llmgate's own hooks in ``hookspec``.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import sys
-from typing import Any
 
 import pytest
 
@@ -345,88 +342,8 @@ def _fail_regressed(verdicts: list[Verdict], preface: str) -> None:
 # -- end of session ------------------------------------------------------------------------
 def pytest_sessionfinish(session: pytest.Session) -> None:
     gs = session.config.stash.get(SESSION_KEY, None)
-    if gs is None:
-        return
-    gs.interrupts.begin_stopping()          # a signal from here on hurries the stopping, never breaks it off
-    if gs.interrupts.received and gs.interrupted is None:      # arrived after the last test
-        gs.interrupted = {"signal": gs.interrupts.received, "during": None, "reason": None}
-    if gs.interrupted is not None:
-        if gs.servers:
-            say(session.config, f"llmgate: interrupted by {gs.interrupted.get('signal') or 'an interrupt'}: "
-                                f"stopping {len(gs.servers)} server(s)")
-        server_mod.signal_all_live()       # all at once, then wait for each
-    for cid in list(gs.servers):
-        gs.shutdown(cid)
-    for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
-        say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
-    argv = list(session.config.invocation_params.args)
-    # the regime is known once an entry's decode window ran, maybe after its other verdicts
-    gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
-                      if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
-    single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if "lower bound" in v.mde_basis})
-    if single:
-        gs.notes.append(f"{len(single)} verdict(s) compared one boot a side ({', '.join(single[:4])}"
-                        f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
-                        f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
-                        f"baseline with --llmgate-boots 2 or more")
-    try:
-        from . import history
-        written = history.record_session(gs, int(session.exitstatus))
-        if written:
-            say(session.config, f"llmgate: run history: {written}")
-    except Exception as e:                                   # the run's results stand without it
-        gs.notes.append(f"run history not written: {type(e).__name__}: {e}")
-    if gs.interrupted is not None:
-        gs.interrupted["not_run"] = _not_run(session, gs)
-        gs.notes.append(_interrupted_line(gs.interrupted))
-    if gs.verdicts:
-        session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
-    if gs.verdicts or gs.boots or (gs.interrupted is not None and not xdist.workers(session.config)):
-        gs.out_dir.mkdir(parents=True, exist_ok=True)
-        gs.summary = summary = report.build(
-            device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
-            verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
-            argv=argv, exit_status=int(session.exitstatus))
-        summary["worker"] = gs.worker
-        summary["interrupted"] = gs.interrupted
-        gs.report_files = report.write_all(summary, gs.out_dir,
-                                           None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
-    elif xdist.workers(session.config):
-        # the controller: the workers wrote their reports under out/gwN/ before they finished
-        parts = []
-        for f in sorted(gs.out_dir.glob("gw*/report.json")):
-            if f.stat().st_mtime < gs.started:
-                continue                                    # left by an earlier session
-            try:
-                parts.append(json.loads(f.read_text(encoding="utf-8")))
-            except (OSError, ValueError) as e:
-                gs.notes.append(f"could not read the worker report {f}: {e}")
-        if parts:
-            gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
-            summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
-                                                            None)
-            gs.boots.update(summary["boots"])
-            gs.verdicts[:] = [Verdict.from_dict(v) for v in summary["verdicts"]]      # the workers' verdicts
-            session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
-            gs.notes = summary["notes"] + gs.notes
-            gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
-
-
-def _not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
-    """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,
-    where this process does not know which tests were meant for it)."""
-    if xdist.worker(session.config) or xdist.workers(session.config):
-        return None
-    running = gs.interrupted.get("during") if gs.interrupted else None
-    return [i.nodeid for i in session.items if i.nodeid not in gs.finished and i.nodeid != running]
-
-
-def _interrupted_line(info: dict[str, Any]) -> str:
-    what = f"interrupted by {info['signal']}" if info.get("signal") else f"interrupted ({info.get('reason')})"
-    where = f" during {info['during']}" if info.get("during") else ""
-    not_run = info.get("not_run")
-    rest = f"; {len(not_run)} test(s) not run" if not_run else ""
-    return f"{what}{where}: every server was stopped; what was measured is reported{rest}"
+    if gs is not None:
+        gs.finish(session)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -437,77 +354,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config):
     try:
         return (yield)
     finally:
-        _write_summary(terminalreporter, config, hidden)
-
-
-def _skipped_entries(terminalreporter, gs: GateSession) -> list[str]:
-    """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
-    one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
-    -rs lists those)."""
-    try:
-        ids = [e.id for e in gs.matrix.entries]
-    except MatrixError:
-        return []
-    ran: set[str] = set()
-    counts: dict[tuple[str, str], int] = {}
-    for category, reports in terminalreporter.stats.items():
-        for rep in reports:
-            scope = xdist.entry_scope(getattr(rep, "nodeid", None) or "", ids)
-            if not scope.startswith("llmgate-entry:"):
-                continue
-            cid = scope.removeprefix("llmgate-entry:")
-            if category in ("passed", "failed", "error", "xfailed", "xpassed"):
-                ran.add(cid)
-            elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
-                reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
-                if "is not enabled for this entry" not in reason:
-                    counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
-    return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
-
-
-def _write_summary(terminalreporter, config: pytest.Config, hidden: int = 0) -> None:
-    gs = config.stash.get(SESSION_KEY, None)
-    if gs is None:
-        return
-    boots = gs.boots                                        # the workers' too, under pytest-xdist
-    verdicts = list(gs.verdicts)
-    skipped = _skipped_entries(terminalreporter, gs)
-    if not (verdicts or boots or skipped):
-        return
-    tr = terminalreporter
-    tr.section("llmgate")
-    for line in skipped:
-        tr.write_line(line, yellow=True)
-    if hidden:
-        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} metric(s) is not shown: it prints each as a "
-                      f"time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read this one")
-    if boots:
-        total = sum(len(v) for v in boots.values())
-        tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")
-        tr.write_line(report.boot_table(boots))
-    if verdicts:
-        tr.write_line("")
-        tr.write_line(report.verdict_table(verdicts))
-        if gs.notes:
-            tr.write_line("")
-            tr.write_line("notes:")
-            for n in gs.notes:
-                tr.write_line("  " + n)
-        ref_name = config.getoption("llmgate_reference")
-        if ref_name and gs.summary:
-            from . import reference
-            tr.write_line("")
-            try:
-                tr.write_line(reference.table(reference.load(ref_name, (config.rootpath / "baselines" / "reference",)),
-                                              gs.summary))
-            except (FileNotFoundError, ValueError) as e:
-                tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
-        regressed = [v for v in verdicts if v.failed]
-        if gs.report_files:
-            tr.write_line("")
-            tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
-        if regressed:
-            tr.write_line("")
-            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
-            for v in regressed:
-                tr.write_line("  " + v.line(), red=True)
+        gs = config.stash.get(SESSION_KEY, None)
+        if gs is not None:
+            report.terminal_section(terminalreporter, gs, hidden, config.getoption("llmgate_reference"),
+                                    config.rootpath / "baselines" / "reference")

@@ -14,6 +14,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .baseline import no_baseline_reason
+from .xdist import entry_scope
 from .verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
@@ -236,3 +237,75 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+# -- the terminal -----------------------------------------------------------------------------
+def skipped_entries(terminalreporter, gs: Any) -> list[str]:
+    """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
+    one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
+    -rs lists those)."""
+    try:
+        ids = [e.id for e in gs.matrix.entries]
+    except ValueError:             # a matrix that did not load (MatrixError)
+        return []
+    ran: set[str] = set()
+    counts: dict[tuple[str, str], int] = {}
+    for category, reports in terminalreporter.stats.items():
+        for rep in reports:
+            scope = entry_scope(getattr(rep, "nodeid", None) or "", ids)
+            if not scope.startswith("llmgate-entry:"):
+                continue
+            cid = scope.removeprefix("llmgate-entry:")
+            if category in ("passed", "failed", "error", "xfailed", "xpassed"):
+                ran.add(cid)
+            elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
+                reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+                if "is not enabled for this entry" not in reason:
+                    counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
+    return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
+
+
+def terminal_section(terminalreporter, gs: Any, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
+    """llmgate's section at the end of the terminal output: entries skipped whole, the boots,
+    the verdict table, notes, the reference figures asked for, the report files, the regressions."""
+    boots = gs.boots                                        # the workers' too, under pytest-xdist
+    verdicts = list(gs.verdicts)
+    skipped = skipped_entries(terminalreporter, gs)
+    if not (verdicts or boots or skipped):
+        return
+    tr = terminalreporter
+    tr.section("llmgate")
+    for line in skipped:
+        tr.write_line(line, yellow=True)
+    if hidden:
+        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} metric(s) is not shown: it prints each as a "
+                      f"time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read this one")
+    if boots:
+        total = sum(len(v) for v in boots.values())
+        tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")
+        tr.write_line(boot_table(boots))
+    if verdicts:
+        tr.write_line("")
+        tr.write_line(verdict_table(verdicts))
+        if gs.notes:
+            tr.write_line("")
+            tr.write_line("notes:")
+            for n in gs.notes:
+                tr.write_line("  " + n)
+        if reference_name and gs.summary:
+            from . import reference
+            tr.write_line("")
+            try:
+                tr.write_line(reference.table(reference.load(reference_name, (reference_dir,)),
+                                              gs.summary))
+            except (FileNotFoundError, ValueError) as e:
+                tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
+        regressed = [v for v in verdicts if v.failed]
+        if gs.report_files:
+            tr.write_line("")
+            tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
+        if regressed:
+            tr.write_line("")
+            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
+            for v in regressed:
+                tr.write_line("  " + v.line(), red=True)

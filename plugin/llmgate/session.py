@@ -3,13 +3,16 @@ the tests measured (verdicts, boots, notes, raw samples) until the report is wri
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import metrics, server as server_mod, xdist
+from . import device, metrics, report, server as server_mod, xdist
 from . import matrix as matrix_mod
 from .interrupt import Interrupts
 from .load import PromptMaker
@@ -147,6 +150,76 @@ class GateSession:
                     return float(source[k])
         return metric.min_effect
 
+    def finish(self, session: pytest.Session) -> None:
+        """(pytest_sessionfinish) Stop every server, complete the notes, append the run history,
+        write report.json and summary.md (under pytest-xdist, on the controller: merged from the
+        workers' reports, whose verdicts are rebuilt as Verdicts), and show the verdicts to
+        ``pytest_llmgate_verdicts``."""
+        gs = self
+        gs.interrupts.begin_stopping()          # a signal from here on hurries the stopping, never breaks it off
+        if gs.interrupts.received and gs.interrupted is None:      # arrived after the last test
+            gs.interrupted = {"signal": gs.interrupts.received, "during": None, "reason": None}
+        if gs.interrupted is not None:
+            if gs.servers:
+                say(session.config, f"llmgate: interrupted by {gs.interrupted.get('signal') or 'an interrupt'}: "
+                                    f"stopping {len(gs.servers)} server(s)")
+            server_mod.signal_all_live()       # all at once, then wait for each
+        for cid in list(gs.servers):
+            gs.shutdown(cid)
+        for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
+            say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
+        argv = list(session.config.invocation_params.args)
+        # the regime is known once an entry's decode window ran, maybe after its other verdicts
+        gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
+                          if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
+        single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if "lower bound" in v.mde_basis})
+        if single:
+            gs.notes.append(f"{len(single)} verdict(s) compared one boot a side ({', '.join(single[:4])}"
+                            f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
+                            f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
+                            f"baseline with --llmgate-boots 2 or more")
+        try:
+            from . import history
+            written = history.record_session(gs, int(session.exitstatus))
+            if written:
+                say(session.config, f"llmgate: run history: {written}")
+        except Exception as e:                                   # the run's results stand without it
+            gs.notes.append(f"run history not written: {type(e).__name__}: {e}")
+        if gs.interrupted is not None:
+            gs.interrupted["not_run"] = not_run(session, gs)
+            gs.notes.append(interrupted_line(gs.interrupted))
+        if gs.verdicts:
+            session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
+        if gs.verdicts or gs.boots or (gs.interrupted is not None and not xdist.workers(session.config)):
+            gs.out_dir.mkdir(parents=True, exist_ok=True)
+            gs.summary = summary = report.build(
+                device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
+                verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
+                argv=argv, exit_status=int(session.exitstatus))
+            summary["worker"] = gs.worker
+            summary["interrupted"] = gs.interrupted
+            gs.report_files = report.write_all(summary, gs.out_dir,
+                                               None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
+        elif xdist.workers(session.config):
+            # the controller: the workers wrote their reports under out/gwN/ before they finished
+            parts = []
+            for f in sorted(gs.out_dir.glob("gw*/report.json")):
+                if f.stat().st_mtime < gs.started:
+                    continue                                    # left by an earlier session
+                try:
+                    parts.append(json.loads(f.read_text(encoding="utf-8")))
+                except (OSError, ValueError) as e:
+                    gs.notes.append(f"could not read the worker report {f}: {e}")
+            if parts:
+                gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+                summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
+                                                                None)
+                gs.boots.update(summary["boots"])
+                gs.verdicts[:] = [Verdict.from_dict(v) for v in summary["verdicts"]]      # the workers' verdicts
+                session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
+                gs.notes = summary["notes"] + gs.notes
+                gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+
 
 SESSION_KEY = pytest.StashKey[GateSession]()
 
@@ -167,3 +240,19 @@ def say(config: pytest.Config, line: str) -> None:
             tr.write_line(line)
     else:
         tr.write_line(line)
+
+def not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
+    """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,
+    where this process does not know which tests were meant for it)."""
+    if xdist.worker(session.config) or xdist.workers(session.config):
+        return None
+    running = gs.interrupted.get("during") if gs.interrupted else None
+    return [i.nodeid for i in session.items if i.nodeid not in gs.finished and i.nodeid != running]
+
+
+def interrupted_line(info: dict[str, Any]) -> str:
+    what = f"interrupted by {info['signal']}" if info.get("signal") else f"interrupted ({info.get('reason')})"
+    where = f" during {info['during']}" if info.get("during") else ""
+    not_run = info.get("not_run")
+    rest = f"; {len(not_run)} test(s) not run" if not_run else ""
+    return f"{what}{where}: every server was stopped; what was measured is reported{rest}"

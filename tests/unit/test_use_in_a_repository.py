@@ -215,8 +215,9 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     engine_log = "\n".join(p.read_text(errors="replace") for p in (proj / ".llmgate" / "logs").glob("team-cpu.*.log"))
     assert "llmgate slowdown" in engine_log                      # the engine itself was slowed
     base = {v["key"]: v for v in second["verdicts"]}
-    for key, label in (("decode_tok_s", "decode tok/s (c=1)"), ("answer_tok_s", "short-answer speed")):
-        line = re.search(rf"team-cpu {key} \({re.escape(label)}[^)]*\), higher is better\): baseline ([\d.]+) tok/s "
+    for key, label in (("decode_tok_s", "decode tok/s (c=1)"),
+                       ("answer_tok_s", "short-answer speed (completion tokens / E2E)")):
+        line = re.search(rf"team-cpu {key} \({re.escape(label)}, higher is better\): baseline ([\d.]+) tok/s "
                          rf"\(1 boot\) → now ([\d.]+) tok/s \(1 boot\), change (-[\d.]+)%.*: regressed", out)
         assert line, (key, out[-5000:])
         was, now, change = (float(x) for x in line.groups())
