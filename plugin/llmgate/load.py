@@ -32,12 +32,9 @@ class PromptMaker:
     """
 
     def __init__(self, model_path: Path | str):
-        from tokenizers import Tokenizer
+        from . import tokenizer
 
-        path = Path(model_path) / "tokenizer.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: the model folder has no tokenizer.json, needed for exact-length prompts")
-        self.tok = Tokenizer.from_file(str(path))
+        self.tok = tokenizer.load(model_path)     # tokenizer.json, or what transformers converts
         self.specials = len(self.tok.encode("", add_special_tokens=True).ids)
 
     @cached_property
@@ -45,8 +42,12 @@ class PromptMaker:
         out = []
         for tid in range(self.tok.get_vocab_size()):
             s = self.tok.decode([tid])
+            if s[:1] != " " and (self.tok.id_to_token(tid) or "").startswith("\u2581"):
+                s = " " + s        # SentencePiece: "▁word" decodes alone without its space
             if len(s) >= 3 and s[0] == " " and s[1:].isascii() and s[1:].isalpha():
-                if self.tok.encode(s, add_special_tokens=False).ids == [tid]:
+                # one token by itself (a SentencePiece normalizer adds its own "▁" to "word")
+                if [tid] in (self.tok.encode(s, add_special_tokens=False).ids,
+                             self.tok.encode(s[1:], add_special_tokens=False).ids):
                     out.append(s)
         if len(out) < 50:
             raise ValueError("the tokenizer has too few single-token words to build exact-length prompts")
@@ -63,6 +64,8 @@ class PromptMaker:
         rng = random.Random(f"llmgate:{seed}")
         text = "".join(rng.choice(self.words) for _ in range(body))
         got = self.count(text)
+        if got != n_tokens and self.count(text[1:]) == n_tokens:
+            text, got = text[1:], n_tokens      # a tokenizer that puts "▁" before the text itself
         if got != n_tokens:
             raise AssertionError(f"prompt of {n_tokens} tokens came out as {got}; the tokenizer merges across words")
         return text

@@ -280,29 +280,57 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             if merged.get(k) is not None and merged[k] < 1:
                 raise MatrixError(f"{where}: {label}: key {k!r} must be at least 1")
         _check_gpu_budget(merged, f"{where}: {label}")
-        model = merged["model"]
-        if model not in models:
-            path = Path(model).expanduser()
-            if not path.is_absolute() and base_dir is not None:
-                path = base_dir / path
+        def path_of(key: str, ref: str) -> str:
+            """A model (or tokenizer) reference: a name from [models], else a path (relative to the file)."""
+            if ref in models:
+                return ref
+            path = Path(ref).expanduser()
+            path = path if path.is_absolute() or base_dir is None else base_dir / path
             if check_paths and not path.exists():
-                raise MatrixError(f"{where}: {label}: key 'model': path {str(path)!r} does not exist "
-                                  f"(use an existing model folder or a name from [models], e.g. 'tiny')")
-            model = str(path)
-        if spec is not None and isinstance(spec.get("model"), str) and spec["model"] not in models:
-            p = Path(spec["model"]).expanduser()
-            p = p if p.is_absolute() or base_dir is None else base_dir / p
-            if check_paths and not p.exists():
-                raise MatrixError(f"{where}: {label}: key 'speculative.model': path {str(p)!r} does not exist")
+                raise MatrixError(f"{where}: {label}: key {key!r}: path {str(path)!r} does not exist"
+                                  + (" (use an existing model folder or a name from [models], e.g. 'tiny')"
+                                     if key == "model" else ""))
+            return str(path)
+
+        model = path_of("model", merged["model"])
+        if spec is not None and isinstance(spec.get("model"), str):
+            spec = dict(spec, model=path_of("speculative.model", spec["model"]))
         values = dict(merged, model=model, args=tuple(merged.get("args", ())),
-                      levers=tuple(merged.get("levers", ("gate",))))
+                      levers=tuple(merged.get("levers", ("gate",))), speculative=spec)
+        if isinstance(merged.get("tokenizer"), str):
+            values["tokenizer"] = path_of("tokenizer", merged["tokenizer"])
         if "gpu_memory_utilization" in values and values["gpu_memory_utilization"] is not None:
             values["gpu_memory_utilization"] = float(values["gpu_memory_utilization"])
         if values.get("gpu_memory_bytes") is not None:
             values["gpu_memory_bytes"] = int(values["gpu_memory_bytes"])
         values["boot_timeout_s"] = float(values.get("boot_timeout_s", 600.0))
-        entries.append(ServerConfig(**values, source=where))
+        entry = ServerConfig(**values, source=where)
+        if check_paths:
+            _check_model_paths(entry, adapter, models, f"{where}: {label}")
+        entries.append(entry)
     return Matrix(tuple(entries), models, where, _scenarios(data.get("scenarios") or {}, where))
+
+
+def _check_model_paths(cfg: ServerConfig, adapter: Any, models: dict[str, tinymodel.TinySpec], where: str) -> None:
+    """A model given by path: the engine can load it (``check_model``), and a tokenizer for
+    exact-length prompts is in its folder or in ``tokenizer``; else one line naming what is missing."""
+    from . import tokenizer
+
+    for key, ref in (("model", cfg.model), ("speculative.model", (cfg.speculative or {}).get("model"))):
+        if isinstance(ref, str) and ref not in models:
+            why = adapter.check_model(cfg, Path(ref))
+            if why:
+                raise MatrixError(f"{where}: key {key!r}: {why}")
+    if cfg.tokenizer is not None and cfg.tokenizer not in models:
+        why = tokenizer.missing(cfg.tokenizer)
+        if why:
+            raise MatrixError(f"{where}: key 'tokenizer': {why}: needed for exact-length prompts")
+    elif cfg.tokenizer is None and cfg.model not in models:
+        model = Path(cfg.model)
+        why = tokenizer.missing(model if model.is_dir() else model.parent)
+        if why:
+            raise MatrixError(f"{where}: key 'model': {why}: needed for exact-length prompts "
+                              f"(set tokenizer = \"FOLDER\" to a folder that has one)")
 
 
 def _check_gpu_budget(merged: dict[str, Any], where: str) -> None:

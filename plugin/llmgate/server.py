@@ -22,7 +22,6 @@ out-of-memory traceback.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import socket
@@ -36,7 +35,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from . import device, engines, strays, tinymodel, watchdog
+from . import device, engines, strays, tinymodel, tokenizer, watchdog
 from .engines import EngineInfo
 from .interrupt import HURRY
 from .matrix import Matrix, ServerConfig
@@ -196,11 +195,7 @@ class ServerHandle:
 
     @property
     def eos_token_id(self) -> int | None:
-        try:
-            eos = json.loads((self.tokenizer_path / "config.json").read_text()).get("eos_token_id")
-        except (OSError, ValueError):
-            return None
-        return eos[0] if isinstance(eos, list) and eos else eos
+        return tokenizer.eos_token_id(self.tokenizer_path)
 
     def auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -330,6 +325,9 @@ class Server:
         model = self.matrix.entry_model(self.cfg)
         if not model.exists():
             raise BootError(f"{self.cfg.id}: model path {str(model)!r} does not exist")
+        why = self.engine.check_model(self.cfg, model)
+        if why:
+            raise BootError(f"{self.cfg.id}: {why}")
         cfg = self.cfg
         try:
             if cfg.speculative and isinstance(cfg.speculative.get("model"), str):

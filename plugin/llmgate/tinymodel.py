@@ -107,7 +107,12 @@ def model_hash(path: Path) -> str:
     manifest = path / MANIFEST
     if manifest.is_file():
         return json.loads(manifest.read_text())["content_hash"]
-    return content_hash(path)
+    # a folder given by path (real weights: gigabytes): hashed once a process while no file changes
+    key = (str(path), hash(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                                 for p in sorted(path.rglob("*")) if p.is_file())), 0)
+    if key not in _FILE_HASHES:
+        _FILE_HASHES[key] = content_hash(path)
+    return _FILE_HASHES[key]
 
 
 CONFIG_ONLY_SUFFIX = "-config"          # cache folders of config-only builds (no weights file)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import matrix
+from llmgate import matrix, tinymodel
 from llmgate.matrix import MatrixError
 
 
@@ -128,7 +128,7 @@ def test_invalid_toml_and_missing_file(tmp_path):
 
 
 def test_relative_model_path_is_relative_to_the_file(tmp_path):
-    (tmp_path / "models" / "m").mkdir(parents=True)
+    tinymodel.build(tmp_path / "models" / "m")          # a model folder (test_model_path.py: what one needs)
     m = load_text(tmp_path, '[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "models/m"\n')
     assert m.entries[0].model == str(tmp_path / "models" / "m")
 

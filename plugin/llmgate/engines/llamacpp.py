@@ -3,8 +3,9 @@
 - Binary: the entry's ``launcher``, else ``$LLMGATE_LLAMA_SERVER``, else ``llama-server`` on
   PATH, else the one ``python -m llmgate.install llama-server`` built.  ``llama-quantize``
   is taken from beside it.
-- Model: a ``.gguf`` file, or a folder made by llmgate.tinymodel (converted to GGUF with the
-  same weights); ``quantization`` (``Q8_0``, ``Q4_K_M``, …) runs llama-quantize once, cached.
+- Model: a ``.gguf`` file, a folder holding one (the first part of a split one), or a folder made
+  by llmgate.tinymodel (converted to GGUF with the same weights); ``quantization`` (``Q8_0``,
+  ``Q4_K_M``, …) runs llama-quantize once, cached.
 - ``-c`` = max_model_len × ``-np`` slots, split evenly: every slot holds max_model_len, so
   max_model_len means per request what it means on vLLM (with one unified buffer, ``-kvu``,
   four concurrent 4k prompts overflowed a 4096 context: "Context size has been exceeded");
@@ -56,6 +57,21 @@ def find_binary(cfg: ServerConfig) -> Path | None:
     return install.built_llama_server()
 
 
+def gguf_in(folder: Path) -> tuple[Path | None, str | None]:
+    """The model file of a folder: its one .gguf (the first part of a split one); else None and why."""
+    files = sorted(p for p in folder.glob("*.gguf") if not p.name.startswith("mmproj"))
+    parts = [p for p in files if re.search(r"-\d{5}-of-\d{5}\.gguf$", p.name)]
+    if files and len(parts) == len(files):
+        files = [p for p in parts if re.search(r"-0*1-of-\d{5}\.gguf$", p.name)]
+    if len(files) == 1:
+        return files[0], None
+    if not files:
+        return None, (f"{folder} has no .gguf file: llama.cpp loads GGUF (convert a Hugging Face folder with "
+                      f"llama.cpp's convert_hf_to_gguf.py; llmgate converts only the models it built)")
+    return None, (f"{folder} holds {len(files)} .gguf files ({', '.join(p.name for p in files[:4])}"
+                  f"{', …' if len(files) > 4 else ''}): name one in model")
+
+
 @functools.lru_cache(maxsize=8)
 def _version(binary: str) -> tuple[str | None, str | None]:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
@@ -81,12 +97,22 @@ class Adapter(BaseAdapter):
             return f"kv_cache_dtype {cfg.kv_cache_dtype!r}: llama.cpp takes one of {', '.join(KV_TYPES)}"
         return None
 
+    def check_model(self, cfg: ServerConfig, model: Path) -> str | None:
+        if model.is_dir():
+            return None if (model / tinymodel.MANIFEST).is_file() else gguf_in(model)[1]
+        if model.suffix != ".gguf":
+            return f"{model} is not a .gguf file: llama.cpp loads GGUF (a .gguf file, or a folder holding one)"
+        return None
+
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
         if model.is_dir():
-            if not (model / tinymodel.MANIFEST).is_file():
-                raise ValueError(f"{model} is a folder: llama.cpp needs a .gguf file (convert it with "
-                                 f"llama.cpp's convert_hf_to_gguf.py); llmgate converts only the models it built")
-            model = tinymodel.gguf_path(model)
+            if (model / tinymodel.MANIFEST).is_file():      # llmgate's own model: converted with the same weights
+                model = tinymodel.gguf_path(model)
+            else:
+                found, why = gguf_in(model)
+                if found is None:
+                    raise ValueError(why)
+                model = found
         if not cfg.quantization:
             return model
         def quantize(tmp: Path) -> None:
