@@ -257,7 +257,7 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             raise MatrixError(f"{where}: {label}: key 'id' is used by two entries")
         seen.add(merged["id"])
         try:
-            engines.get(merged["engine"])      # unknown, registered twice, or its entry point broken
+            adapter = engines.get(merged["engine"])      # unknown, registered twice, or its entry point broken
         except engines.EngineError as e:
             raise MatrixError(f"{where}: {label}: key 'engine': {e}") from None
         if merged.get("device", "cpu") not in DEVICES:
