@@ -70,8 +70,10 @@ dtype = "bfloat16"
 max_model_len = 1024
 kv_cache_bytes = 400_000_000
 max_num_seqs = 8
-# one boot a side on a shared 2-core machine swings ±25–40%: what counts is far beyond that
-min_effect = {{ decode_tok_s = 0.5, answer_tok_s = 0.5, aggregate_tok_s = 0.5, ttft_c1 = 1.0, ttft_p50 = 1.0, ttft_p95 = 1.0, itl_p95 = 1.0, e2e_p50 = 1.0 }}
+# one boot a side on a shared 2-core machine swings ±25–40% at c=1, and the c=4 / Poisson loads
+# swung 2× between two boots here while other engines ran: what counts is far beyond that (the
+# slowed configuration is judged on decode_tok_s and answer_tok_s, at 50%)
+min_effect = {{ decode_tok_s = 0.5, answer_tok_s = 0.5, aggregate_tok_s = 0.75, ttft_c1 = 1.0, ttft_p50 = 1.5, ttft_p95 = 1.5, itl_p95 = 1.5, e2e_p50 = 1.5 }}
 
 [scenarios]
 window_s = 3.0
