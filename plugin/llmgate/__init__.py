@@ -34,10 +34,10 @@ def scenario(lever: str = "gate", *, boots: bool = False) -> Callable[[F], F]:
 
     def mark(fn: F) -> F:
         fn = pytest.mark.lever(lever)(fn)
+        # the entry's server is a fixture of the test: a boot that fails is the test's setup error
+        fn = pytest.mark.usefixtures("llmgate_server")(fn)
         if boots:
-            fn = pytest.mark.boots(pytest.mark.usefixtures("llmgate_config", "llmgate_boot")(fn))
-        else:
-            fn = pytest.mark.usefixtures("llmgate_config")(fn)
+            fn = pytest.mark.boots(fn)
         return fn
 
     return mark

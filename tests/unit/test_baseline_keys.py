@@ -25,19 +25,17 @@ model = "tiny"
 id = "cpu-a"
 """
 
+# scenarios of the matrix that record given figures (llmgate_config, not llmgate.scenario(): no server is booted)
 SCENARIO = """
 import json, os
 import pytest
-import llmgate
 from llmgate import metrics
 
-@llmgate.scenario()
-def test_decode_c1(gate):
+def test_decode_c1(llmgate_config, gate):
     gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"]))
 
-@llmgate.scenario()
 @pytest.mark.parametrize("size", ["short", "long"])
-def test_sized(gate, size):
+def test_sized(llmgate_config, gate, size):
     gate.record(metrics.TTFT_C1, [0.1, 0.1, 0.1], variant=size)
 """
 
