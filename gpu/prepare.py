@@ -28,7 +28,7 @@ from pip._vendor.packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("gpu",)
-ALSO = ("hypothesis>=6.100",)     # tests/perf imports it (quality tests), whatever is selected
+ALSO = ("hypothesis>=6.100",)     # the packaged quality scenarios import it, whatever is selected
 
 
 def installed(req: Requirement) -> str | None:

@@ -1,7 +1,15 @@
 """Baselines through pytest-benchmark's storage (``baselines/`` by default).
 
 Every recorded metric becomes one pytest-benchmark entry named
-``<test node id>::<metric key>``.  Its timing data are the metric's values in
+``<scenario>[<matrix entry>]::<metric>[@<variant>]`` (``decode_c1[cpu-vllm-tiny]::decode_tok_s``):
+the scenario is the test function's name without ``test_``, so the key does not depend on
+where the scenario's file lies (in the installed package, in a team's own ``tests/``).  Files
+stored with the keys of llmgate 0.1 (``tests/perf/test_decode.py::test_decode_c1[h200]::…``)
+are read as the new keys, and ``python -m llmgate.baseline migrate DIR`` rewrites them.
+
+This is the one module that touches pytest-benchmark's internals (its session object, its
+fixture class, its storage); ``RELIES_ON`` lists them and ``tests/unit/test_benchmark_internals.py``
+fails, naming the missing one, when a pytest-benchmark release changes them.  Its timing data are the metric's values in
 "bigger is worse" form (seconds as they are; tok/s as seconds per token), so
 ``--benchmark-compare-fail=median:10%`` works in the right direction, and its
 ``extra_info["llmgate"]`` holds the natural values, unit, direction and
@@ -89,23 +97,159 @@ def _short(v: Any) -> str:
     return json.dumps(v, sort_keys=True)[:200]
 
 
+# What this module relies on in pytest-benchmark (checked by tests/unit/test_benchmark_internals.py):
+RELIES_ON = {
+    "config attribute": ["_benchmarksession"],
+    "options": ["benchmark_storage", "benchmark_compare", "benchmark_save", "benchmark_autosave",
+                "benchmark_disable"],
+    "default storage": ["file://./.benchmarks"],
+    "session attributes": ["benchmarks", "logger", "storage", "compare", "compared_mapping", "groups", "quiet",
+                           "disabled", "skip", "save", "autosave", "options"],
+    "fixture": ["pytest_benchmark.fixture.BenchmarkFixture(node, add_stats, logger, warner, disabled, **options)",
+                "BenchmarkFixture._make_stats", "name", "fullname", "group", "extra_info"],
+    "stats": ["Metadata.stats.update"],
+    "file storage": ["FileStorage.load", "FileStorage.get", "FileStorage._next_num", "FileStorage.save",
+                     "FileStorage.logger"],
+    "utils": ["pytest_benchmark.utils.safe_dumps"],
+}
+PYTEST_BENCHMARK_DEFAULT_STORAGE = "file://./.benchmarks"
+
+
 def benchmark_session(config: pytest.Config):
     return getattr(config, "_benchmarksession", None)
 
 
-def node_key(item: pytest.Item) -> str:
-    """The test's id in stored baselines: its node id without the ``@group`` that pytest-xdist's
-    ``--dist loadgroup`` appends, so that runs with and without xdist compare with each other."""
-    nodeid = item.nodeid
+def configure(config: pytest.Config, folder: Path) -> None:
+    """(pytest_configure, before pytest-benchmark's) Store under ``folder`` unless the user chose a
+    storage; a corrupt stored file stops the run (pytest-benchmark would skip it with a warning and
+    compare with the next one); llmgate takes --benchmark-compare over (every machine-id folder)."""
+    if getattr(config.option, "benchmark_storage", None) == PYTEST_BENCHMARK_DEFAULT_STORAGE:
+        config.option.benchmark_storage = "file://" + str(folder)
+    storage = getattr(config.option, "benchmark_storage", "") or ""
+    if storage.startswith("file://") and (config.getoption("benchmark_compare", None)
+                                          or config.getoption("benchmark_save", None)
+                                          or config.getoption("benchmark_autosave", None)):
+        try:
+            validate_storage(Path(storage[len("file://"):]))
+        except BaselineError as e:
+            raise pytest.UsageError(str(e)) from None
+    take_over_compare(config)
+
+
+def session_start(config: pytest.Config, worker: str | None, say) -> None:
+    """(pytest_sessionstart) Load the compared runs, say which, and make saving atomic."""
+    bs = benchmark_session(config)
+    if bs is None:
+        return
+    if worker:
+        enable_on_xdist_worker(config, worker)
+    runs = load_compared(config)
+    if runs is not None and not worker:
+        if runs:
+            bs.logger.info("Comparing against benchmarks from: " + ", ".join(runs) + " (llmgate: each metric "
+                           "with the newest of these whose fingerprint matches)")
+        else:
+            spec = compared_spec(config)
+            which = "no stored run" if spec is True else f"no stored run matches {spec!r}"
+            say(f"llmgate: --benchmark-compare: {which} in {bs.storage}; every metric "
+                f"is reported without a baseline (record one with --benchmark-save=NAME)")
+    make_save_atomic(bs.storage)
+
+
+def drop_stored(config: pytest.Config, entries: list[Any]) -> None:
+    """Take entries this session added (``store``) out of what pytest-benchmark will save."""
+    bs = benchmark_session(config)
+    for meta in entries:
+        if bs is not None and meta in bs.benchmarks:
+            bs.benchmarks.remove(meta)
+
+
+# -- keys: scenario + matrix entry + metric (+ variant) ----------------------------------------
+def scenario_name(item: pytest.Item) -> str:
+    """The scenario a test is: its function's name without ``test_``."""
+    name = getattr(item, "originalname", None) or item.name.split("[", 1)[0]
+    return name.removeprefix("test_")
+
+
+def stored_key(item: pytest.Item) -> str:
+    """The test's part of its stored keys: ``scenario[entry]`` (``decode_c1[cpu-vllm-tiny]``);
+    the ids of other parameters, when the test has any, in brackets before the entry's
+    (``sweep[long][cpu-vllm-tiny]``).  Independent of the file's path, of the boot a test
+    measures (one stored entry spans the boots of a run) and of pytest-xdist's ``@group``."""
+    scenario = scenario_name(item)
     callspec = getattr(item, "callspec", None)
-    boot = callspec.params.get("llmgate_boot") if callspec else None
-    if boot is not None:          # one stored entry spans the boots of a run: test[entry-boot2] → test[entry]
-        nodeid = nodeid.replace(f"-boot{boot}]", "]")
-    mark = item.get_closest_marker("xdist_group")
-    if mark is not None:
-        group = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
-        nodeid = nodeid.removesuffix(f"@{group}")
-    return nodeid
+    if callspec is None:
+        return scenario
+    cfg = callspec.params.get("llmgate_config")
+    pid = callspec.id
+    if cfg is None:
+        return f"{scenario}[{pid}]"
+    boot = callspec.params.get("llmgate_boot")
+    entry_part = f"{cfg.id}-boot{boot}" if boot is not None and f"{cfg.id}-boot{boot}" in pid else cfg.id
+    others = "-".join(p for p in pid.replace(entry_part, "\0", 1).split("\0") if p).strip("-")
+    return f"{scenario}[{others}][{cfg.id}]" if others else f"{scenario}[{cfg.id}]"
+
+
+def base_nodeid(nodeid: str) -> str:
+    """A node id without its parameters (the boots of one test share their stored keys)."""
+    return nodeid.split("[", 1)[0]
+
+
+OLD_KEY = re.compile(r"^(?P<path>[^:\[]*\.py)::(?P<func>[^\[:@]+)(?:\[(?P<params>[^\]]*)\])?(?:@[^:]*)?::(?P<key>.+)$")
+
+
+def current_key(fullname: str, entry: str | None = None) -> str:
+    """A stored name in today's form: a name of llmgate 0.1 (``<file>::<test>[<params>]::<key>``)
+    becomes ``<scenario>[<params>]::<key>`` (the entry id, when ``entry`` names it among the
+    params, last in its own brackets); a current name is returned as it is."""
+    m = OLD_KEY.match(fullname)
+    if m is None:
+        return fullname
+    scenario = m["func"].removeprefix("test_")
+    params, key = m["params"], m["key"]
+    if params is None:
+        return f"{scenario}::{key}"
+    if entry and params != entry and entry in params:
+        others = "-".join(p for p in params.replace(entry, "\0", 1).split("\0") if p).strip("-")
+        return f"{scenario}[{others}][{entry}]::{key}"
+    return f"{scenario}[{params}]::{key}"
+
+
+def _entry_of(bench: dict[str, Any]) -> str | None:
+    info = (bench.get("extra_info") or {}).get(EXTRA_KEY) or {}
+    cfg = info.get("config") or (info.get("fingerprint") or {}).get("config") or {}
+    return cfg.get("id") if isinstance(cfg, dict) else None
+
+
+def migrate_bench(bench: dict[str, Any]) -> bool:
+    """Give one stored llmgate entry today's key (its ``fullname`` and ``name``); True if it changed."""
+    if not _is_llmgate(bench):
+        return False
+    new = current_key(bench["fullname"], _entry_of(bench))
+    if new == bench["fullname"]:
+        return False
+    bench["fullname"] = bench["name"] = new
+    return True
+
+
+def migrate_file(path: Path) -> int:
+    """Rewrite a stored file's llmgate entries with today's keys (whole or not at all); returns
+    how many changed (0: the file is left as it is).  Values, stats and provenance are kept."""
+    from pytest_benchmark.utils import safe_dumps
+
+    validate_file(path)
+    data = json.loads(Path(path).read_text(encoding="utf8"))
+    changed = sum(migrate_bench(b) for b in data["benchmarks"])
+    if changed:
+        names = [b["fullname"] for b in data["benchmarks"]]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise BaselineError(f"{path}: migrating gives two entries the key {dup[0]!r}; the file was left untouched")
+        fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=Path(path).parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(safe_dumps(data, ensure_ascii=True, indent=4).encode())
+        os.replace(tmp, path)
+    return changed
 
 
 def enable_on_xdist_worker(config: pytest.Config, worker: str) -> None:
@@ -180,7 +324,8 @@ def load_compared(config: pytest.Config) -> list[str] | None:
         plain = list(bs.storage.load(spec))
     unique = {str(p): (p, data) for p, data in runs}
     runs = sorted(unique.values(), key=lambda r: (str(r[1].get("datetime") or ""), Path(str(r[0])).name, str(r[0])))
-    config.stash[_STORED] = [(p, {b["fullname"]: b for b in data["benchmarks"] if _is_llmgate(b)}) for p, data in runs]
+    config.stash[_STORED] = [(p, {b["fullname"]: b for b in map(_current, data["benchmarks"]) if _is_llmgate(b)})
+                             for p, data in runs]
     # pytest-benchmark shows and checks (--benchmark-compare-fail) what llmgate compares with, added
     # as each metric picks its baseline (baseline()); entries that are not llmgate's as it would itself
     mapping: dict[Any, dict[str, Any]] = {p: {} for p, _ in runs}
@@ -188,6 +333,14 @@ def load_compared(config: pytest.Config) -> list[str] | None:
         mapping.setdefault(p, {}).update({b["fullname"]: b for b in data["benchmarks"] if not _is_llmgate(b)})
     bs.compared_mapping = mapping
     return [str(p) for p, _ in runs]
+
+
+def _current(bench: dict[str, Any]) -> dict[str, Any]:
+    """A loaded entry under today's key (an old file is read as if migrated; the file is not changed)."""
+    if _is_llmgate(bench) and OLD_KEY.match(bench.get("fullname") or ""):
+        bench = dict(bench)
+        migrate_bench(bench)
+    return bench
 
 
 def _is_llmgate(bench: dict[str, Any]) -> bool:
@@ -265,8 +418,7 @@ def store(item: pytest.Item, metric: Metric, key: str, boots: list[list[float]],
         return None
     fx = BenchmarkFixture(item, add_stats=bs.benchmarks.append, logger=bs.logger, warner=item.warn,
                           disabled=bs.disabled, **bs.options)
-    fx.name = f"{item.name}::{key}"
-    fx.fullname = f"{node_key(item)}::{key}"
+    fx.name = fx.fullname = f"{stored_key(item)}::{key}"
     fx.group = f"{metric.label} [{metric.unit}; stored as {'1/x' if metric.better == 'higher' else 'x'}]"
     if extra.get("raw") is not None:
         extra = {**extra, "raw": pack_raw(extra["raw"])}
@@ -476,3 +628,31 @@ def make_save_atomic(storage) -> None:
         storage.logger.info(f"Saved benchmark data in: {target}")
 
     storage.save = save
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llmgate.baseline migrate DIR…``: give stored baselines today's keys."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m llmgate.baseline")
+    sub = ap.add_subparsers(dest="command", required=True)
+    mig = sub.add_parser("migrate", help="rewrite stored files' llmgate entries with keys independent of file paths")
+    mig.add_argument("folders", nargs="+", type=Path, help="baseline storage folders (e.g. baselines/)")
+    args = ap.parse_args(argv)
+    total = 0
+    for folder in args.folders:
+        files = stored_files(folder) if folder.is_dir() else [folder]
+        for f in files:
+            try:
+                n = migrate_file(f)
+            except BaselineError as e:
+                print(f"llmgate: {e}")
+                return 1
+            total += n
+            print(f"{f}: {n} entr{'y' if n == 1 else 'ies'} migrated" if n else f"{f}: already current")
+    print(f"{total} entr{'y' if total == 1 else 'ies'} migrated")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

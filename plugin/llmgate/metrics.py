@@ -11,6 +11,14 @@ ZERO_COST = 1e9
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
+    """A measured quantity: ``Metric("my_ttft_ratio", "TTFT ÷ prompt length", "s", "lower", 0.10)``.
+
+    ``better`` says which direction is better ("higher" or "lower"); ``min_effect`` is the
+    smallest relative change in the worse direction that counts as a regression (0.10: 10%);
+    ``min_abs_effect``, in the metric's own unit, must be exceeded as well (for a metric whose
+    baseline can sit near zero).  Values are recorded in ``unit`` ("s", "tok/s", "ratio", "%",
+    "tokens", "bytes", or any other name)."""
+
     name: str           # stable key used in storage and options
     label: str          # for people
     unit: str           # natural unit of stored values: "s", "tok/s", "ratio", "tokens", "bytes", "%"
@@ -20,9 +28,13 @@ class Metric:
     # the change in its own unit that must be exceeded as well (0.10 of a "%" metric: 10 points)
     min_abs_effect: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
             raise ValueError(f"{self.name}: better must be 'higher' or 'lower'")
+        if not self.name or "@" in self.name or "::" in self.name:
+            raise ValueError(f"metric name {self.name!r}: a non-empty name without '@' or '::'")
+        if self.min_effect < 0 or self.min_abs_effect < 0:
+            raise ValueError(f"{self.name}: min_effect and min_abs_effect must be >= 0")
 
     def worse_change(self, baseline: float, now: float) -> float:
         """Relative change in this metric's worse direction (positive = worse)."""
@@ -104,6 +116,11 @@ REGISTRY: dict[str, Metric] = {}
 
 
 def register(metric: Metric) -> Metric:
+    """Make a metric known by name (``--llmgate-min-effect NAME=…``, ``python -m llmgate.history``);
+    a second, different metric of one name is refused."""
+    known = REGISTRY.get(metric.name)
+    if known is not None and known != metric:
+        raise ValueError(f"metric {metric.name!r} is defined twice: {known} and {metric}; give yours another name")
     REGISTRY[metric.name] = metric
     return metric
 

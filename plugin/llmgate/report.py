@@ -14,17 +14,16 @@ from typing import Any
 from tabulate import tabulate
 
 from .baseline import no_baseline_reason
+from .xdist import entry_scope
 from .verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
-def verdict_rows(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[list[str]]:
-    """Table rows of verdicts, given as objects or as the report's verdict dicts."""
-    from . import metrics as metrics_mod
-
+def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
+    """Table rows of verdicts (those of report.json rebuilt with ``Verdict.from_dict``)."""
     rows = []
-    ds = [v if isinstance(v, dict) else _verdict_dict(v, lambda _: None, {}) for v in verdicts]
-    for v in sorted(ds, key=lambda v: (v["config"], v["test"], v["key"])):
-        m = metrics_mod.get(v["key"])
+    pairs = [(v, v.to_dict()) for v in verdicts]
+    for obj, v in sorted(pairs, key=lambda p: (p[1]["config"], p[1]["test"], p[1]["key"])):
+        m = obj.metric
         now, base = v["now"], v["baseline"]
         spread = f"{m.display(now['min'])} – {m.display(now['max'])}" if now["n"] > 1 else ""
         boots = (v.get("boots") or {}).get("now") or 0
@@ -57,7 +56,7 @@ def mde_cell(v: dict[str, Any]) -> str:
     return ("≥" if lower else "") + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
 
 
-def verdict_table(verdicts: Iterable[Verdict | dict[str, Any]]) -> str:
+def verdict_table(verdicts: Iterable[Verdict]) -> str:
     return tabulate(verdict_rows(verdicts),
                     headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "MDE",
                              "verdict", "regime"],
@@ -80,21 +79,8 @@ REPORT_SCHEMA = "llmgate-report/1"        # documented in docs/report.md, checke
 
 def _verdict_dict(v: Verdict, configs: Callable[[str], dict[str, Any] | None],
                   raw: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
-    m = v.metric
     r = raw.get((v.config_id, v.test, v.key)) or {}
-    return {
-        "config": v.config_id, "config_detail": configs(v.config_id), "test": v.test, "key": v.key,
-        "metric": m.name, "label": m.label, "unit": m.unit, "better": m.better,
-        "status": v.status, "change": v.change, "ci95": list(v.ci) if v.ci else None, "p_value": v.p_value,
-        "method": v.method, "min_effect": v.min_effect, "baseline_source": v.baseline_source, "note": v.note,
-        "now": {**v.now.as_dict(), "values": list(v.samples)},
-        "baseline": {**v.baseline.as_dict(), "values": list(v.baseline_samples)} if v.baseline else None,
-        "raw": r.get("now"), "baseline_raw": r.get("baseline"),
-        "mde": v.mde, "mde_basis": v.mde_basis, "boots_needed": v.boots_needed,
-        "boots": {"baseline": v.boots[0], "now": v.boots[1]},
-        "boot_values": list(v.boot_values), "baseline_boot_values": list(v.baseline_boot_values),
-        "noise": v.noise.as_dict() if v.noise is not None else None, "regime": v.regime,
-    }
+    return {**v.to_dict(), "config_detail": configs(v.config_id), "raw": r.get("now"), "baseline_raw": r.get("baseline")}
 
 
 def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]], verdicts: list[Verdict],
@@ -178,7 +164,6 @@ def _fmt(metric_display: Callable[[float], str], x: float | None) -> str:
 
 def markdown(rep: dict[str, Any]) -> str:
     """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY)."""
-    from . import metrics as metrics_mod
 
     c = rep["counts"]
     verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
@@ -208,7 +193,7 @@ def markdown(rep: dict[str, Any]) -> str:
         lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | MDE | verdict | regime |",
                   "|---|---|---|---|---|---|---|---|"]
         for v in sorted(vs, key=lambda v: (v["config"], v["key"])):
-            m = metrics_mod.get(v["key"])
+            m = Verdict.from_dict(v).metric
             suffix = f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""
             base = _fmt(m.display, v["baseline"]["median"]) if v["baseline"] else "—"
             change = f"{v['change']:+.1%}" if v["change"] is not None else "—"
@@ -252,3 +237,75 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
+
+
+# -- the terminal -----------------------------------------------------------------------------
+def skipped_entries(terminalreporter, gs: Any) -> list[str]:
+    """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
+    one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
+    -rs lists those)."""
+    try:
+        ids = [e.id for e in gs.matrix.entries]
+    except ValueError:             # a matrix that did not load (MatrixError)
+        return []
+    ran: set[str] = set()
+    counts: dict[tuple[str, str], int] = {}
+    for category, reports in terminalreporter.stats.items():
+        for rep in reports:
+            scope = entry_scope(getattr(rep, "nodeid", None) or "", ids)
+            if not scope.startswith("llmgate-entry:"):
+                continue
+            cid = scope.removeprefix("llmgate-entry:")
+            if category in ("passed", "failed", "error", "xfailed", "xpassed"):
+                ran.add(cid)
+            elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
+                reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+                if "is not enabled for this entry" not in reason:
+                    counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
+    return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
+
+
+def terminal_section(terminalreporter, gs: Any, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
+    """llmgate's section at the end of the terminal output: entries skipped whole, the boots,
+    the verdict table, notes, the reference figures asked for, the report files, the regressions."""
+    boots = gs.boots                                        # the workers' too, under pytest-xdist
+    verdicts = list(gs.verdicts)
+    skipped = skipped_entries(terminalreporter, gs)
+    if not (verdicts or boots or skipped):
+        return
+    tr = terminalreporter
+    tr.section("llmgate")
+    for line in skipped:
+        tr.write_line(line, yellow=True)
+    if hidden:
+        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} metric(s) is not shown: it prints each as a "
+                      f"time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read this one")
+    if boots:
+        total = sum(len(v) for v in boots.values())
+        tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")
+        tr.write_line(boot_table(boots))
+    if verdicts:
+        tr.write_line("")
+        tr.write_line(verdict_table(verdicts))
+        if gs.notes:
+            tr.write_line("")
+            tr.write_line("notes:")
+            for n in gs.notes:
+                tr.write_line("  " + n)
+        if reference_name and gs.summary:
+            from . import reference
+            tr.write_line("")
+            try:
+                tr.write_line(reference.table(reference.load(reference_name, (reference_dir,)),
+                                              gs.summary))
+            except (FileNotFoundError, ValueError) as e:
+                tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
+        regressed = [v for v in verdicts if v.failed]
+        if gs.report_files:
+            tr.write_line("")
+            tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
+        if regressed:
+            tr.write_line("")
+            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
+            for v in regressed:
+                tr.write_line("  " + v.line(), red=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from .metrics import Metric
 from .stats import Noise, Summary, median
@@ -68,6 +69,49 @@ class Verdict:
                 + (f" and {m.display(m.min_abs_effect)}" if m.min_abs_effect else "")
                 + f"; {sig}]" + (f"; regime {self.regime}" if self.regime else "")
                 + (f"; {self.note}" if self.note else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as report.json holds it (``from_dict`` rebuilds the same Verdict)."""
+        m = self.metric
+        return {
+            "config": self.config_id, "test": self.test, "key": self.key,
+            "metric": m.name, "label": m.label, "unit": m.unit, "better": m.better,
+            "metric_min_effect": m.min_effect, "min_abs_effect": m.min_abs_effect,
+            "status": self.status, "change": self.change, "worse_change": self.worse_change,
+            "ci95": list(self.ci) if self.ci else None, "p_value": self.p_value,
+            "method": self.method, "min_effect": self.min_effect, "baseline_source": self.baseline_source,
+            "note": self.note,
+            "now": {**self.now.as_dict(), "values": list(self.samples)},
+            "baseline": {**self.baseline.as_dict(), "values": list(self.baseline_samples)} if self.baseline else None,
+            "mde": self.mde, "mde_basis": self.mde_basis, "boots_needed": self.boots_needed,
+            "boots": {"baseline": self.boots[0], "now": self.boots[1]},
+            "boot_values": list(self.boot_values), "baseline_boot_values": list(self.baseline_boot_values),
+            "noise": self.noise.as_dict() if self.noise is not None else None, "regime": self.regime,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """A verdict of report.json (a pytest-xdist worker's, an earlier run's) as the object it was."""
+        def summary(s: dict[str, Any] | None) -> Summary | None:
+            if s is None:
+                return None
+            return Summary(int(s["n"]), s["median"], s["mean"], s["min"], s["max"], s["q1"], s["q3"])
+
+        metric = Metric(d["metric"], d["label"], d["unit"], d["better"],
+                        float(d.get("metric_min_effect", d["min_effect"])), float(d.get("min_abs_effect") or 0.0))
+        boots = d.get("boots") or {}
+        now = summary(d["now"])
+        assert now is not None
+        return cls(metric, d["key"], d["config"], now, summary(d.get("baseline")), d["status"], d.get("change"),
+                   d.get("worse_change"), float(d["min_effect"]), d.get("p_value"), d.get("method") or "",
+                   d.get("baseline_source"), d.get("note") or "", d.get("test") or "",
+                   tuple(d["ci95"]) if d.get("ci95") else None,
+                   tuple(d["now"].get("values") or ()),
+                   tuple((d.get("baseline") or {}).get("values") or ()),
+                   d.get("mde"), d.get("mde_basis") or "", d.get("boots_needed"),
+                   (int(boots.get("baseline") or 0), int(boots.get("now") or 0)),
+                   tuple(d.get("boot_values") or ()), tuple(d.get("baseline_boot_values") or ()),
+                   Noise.from_dict(d.get("noise")), d.get("regime") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
@@ -273,7 +317,7 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     flat_base = [v for b in base_boots for v in b]
     base_vals = [median(b) for b in base_boots]
     noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots))
-    common = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
+    common: dict[str, Any] = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
                   boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise)
     if noise.between is None or noise.df < 1 or min(now_vals + base_vals) <= 0:
         v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)

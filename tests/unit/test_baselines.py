@@ -4,7 +4,6 @@ is re-measured once before it fails (confirmation run)."""
 
 import json
 import pathlib
-import os
 
 import pytest
 
@@ -22,7 +21,7 @@ def test_measure(gate):
     values = json.loads(os.environ["VALUES"])
     gate.record(metrics.DECODE_TOK_S, values[min(n, len(values)) - 1])
 """
-NAME = "test_rec.py::test_measure::decode_tok_s"
+NAME = "measure::decode_tok_s"          # scenario::metric: the key names no file
 
 
 def here_fingerprint(**override):

@@ -62,7 +62,7 @@ def test_one_item_per_boot_in_boot_order_and_one_stored_entry_with_every_boot(py
     r.stdout.fnmatch_lines(["*first decode_tok_s: boot 1 of 3*judged after boot 3*"])
     saved = json.loads(next((pytester.path / "baselines").rglob("*.json")).read_text())
     entries = {b["fullname"]: b["extra_info"]["llmgate"] for b in saved["benchmarks"]}
-    info = entries["test_rec.py::test_measure[first]::decode_tok_s"]
+    info = entries["measure[first]::decode_tok_s"]
     assert info["schema"] == 3 and len(info["boots"]) == 3 and len(info["values"]) == 15
     assert info["noise"]["df"] == 2 and 0 < info["noise"]["between_cv"] < 0.01
 

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-PERF = Path(__file__).resolve().parents[1] / "perf"
+PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
 BASE_ENTRY = """
 [[matrix]]
 id = "cpu-vllm-tiny"

@@ -19,29 +19,30 @@ GPU_ENTRIES = [e.id for e in matrix.load(matrix.DEFAULT_MATRIX).entries if e.dev
 
 @pytest.fixture
 def clone(pytester):
-    """The parts of a fresh clone a gate run reads: pyproject.toml (testpaths), tests/perf, baselines/,
-    and a self-test that must not be run by the headline command."""
+    """The parts of a fresh clone a gate run reads: pyproject.toml (testpaths), the packaged
+    scenarios (plugin/, linked: the installed llmgate is that folder), baselines/, and a self-test
+    that must not be run by the headline command."""
     if device.why_no_gpu() is None:
         pytest.skip("this machine has a GPU: the headline command would boot the GPU entries")
     shutil.copy(REPO / "pyproject.toml", pytester.path / "pyproject.toml")
-    shutil.copytree(REPO / "tests" / "perf", pytester.path / "tests" / "perf",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    (pytester.path / "plugin").symlink_to(REPO / "plugin", target_is_directory=True)
     shutil.copytree(REPO / "baselines", pytester.path / "baselines")
     unit = pytester.path / "tests" / "unit"
-    unit.mkdir()
+    unit.mkdir(parents=True)
     (unit / "test_selftest.py").write_text("import pytest\n\n@pytest.mark.gpu\ndef test_not_the_gate():\n"
                                            "    assert False, 'a self-test ran under the headline command'\n")
     return pytester
 
 
-@pytest.mark.parametrize("paths", [(), ("tests/perf",)], ids=["repository-root", "tests-perf"])
+@pytest.mark.parametrize("paths", [(), ("--pyargs", "llmgate.scenarios")], ids=["repository-root", "pyargs"])
 def test_headline_command_without_a_gpu_skips_each_gpu_test_with_its_reason_and_exits_0(clone, paths):
     p = clone
     listed = p.runpytest_subprocess(*paths, "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider")
     assert listed.ret == 0, listed.stdout.str()
     selected = [ln for ln in listed.stdout.lines if "::" in ln]
     assert selected, listed.stdout.str()
-    assert all(ln.startswith("tests/perf/") for ln in selected), selected          # the gate, no self-test
+    scenarios = {f.name for f in (REPO / "plugin" / "llmgate" / "scenarios").glob("test_*.py")}
+    assert all(ln.split("::")[0].rsplit("/", 1)[-1] in scenarios for ln in selected), selected   # the gate, no self-test
     assert all(any(f"[{cid}" in ln or f"-{cid}" in ln for cid in GPU_ENTRIES) for ln in selected), selected
     for cid in GPU_ENTRIES:
         assert any(cid in ln for ln in selected), (cid, selected)

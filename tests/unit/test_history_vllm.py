@@ -13,7 +13,7 @@ from llmgate import history
 
 pytestmark = pytest.mark.engine
 
-PERF = Path(__file__).resolve().parents[1] / "perf"
+PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
 ENTRY = """
 [[matrix]]
 id = "cpu-vllm-tiny"

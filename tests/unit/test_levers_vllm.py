@@ -12,7 +12,7 @@ import baseline_files
 
 pytestmark = pytest.mark.engine
 
-PERF = Path(__file__).resolve().parents[1] / "perf"
+PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
 LEVERS = ["test_lever_quantization.py", "test_lever_speculative.py", "test_lever_kv_max_len.py",
           "test_lever_concurrency.py", "test_lever_prefix_cache.py"]
 MATRIX = """

@@ -115,7 +115,7 @@ def test_save_then_compare_passes_then_regression_fails(pytester):
     files = stored_files(pytester)
     assert len(files) == 1, "pytest-benchmark storage should default to baselines/"
     saved = json.loads(files[0].read_text())
-    entry = {b["fullname"]: b for b in saved["benchmarks"]}["test_rec.py::test_measure::decode_tok_s"]
+    entry = {b["fullname"]: b for b in saved["benchmarks"]}["measure::decode_tok_s"]
     assert entry["extra_info"]["llmgate"]["values"] == base_tok
     assert entry["extra_info"]["llmgate"]["better"] == "higher"
     assert entry["stats"]["median"] == pytest.approx(1 / 100)  # stored as s/token: bigger is worse
@@ -148,7 +148,7 @@ def test_pytest_benchmark_compare_fail_keeps_working_in_the_right_direction(pyte
                  "--llmgate-min-effect", "decode_tok_s=0.9")
     assert r.ret != 0
     both = r.stdout.str() + r.stderr.str()
-    assert "Performance has regressed" in both and "test_measure::decode_tok_s" in both
+    assert "Performance has regressed" in both and "measure::decode_tok_s" in both
 
 
 def test_min_effect_option_and_marker(pytester):
@@ -213,14 +213,14 @@ def test_pytest_benchmark_table_hides_llmgate_metrics_unless_asked(pytester):
     r = run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-save=base")
     r.assert_outcomes(passed=2)
     out = r.stdout.str()
-    assert "stored as 1/x" not in out and "test_measure::decode_tok_s" not in out
+    assert "stored as 1/x" not in out and "measure::decode_tok_s" not in out
     assert "test_plain" in out and "Legend:" in out                     # the plain benchmark's table stays
     r.stdout.fnmatch_lines(["*pytest-benchmark's table of llmgate's 2 metric(s) is not shown*--llmgate-benchmark-table*"])
 
     r = run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-compare", "--llmgate-benchmark-table")
     r.assert_outcomes(passed=2)
     out = r.stdout.str()
-    assert "stored as 1/x" in out and "test_measure::decode_tok_s (0001_base)" in out   # compared with 0001
+    assert "stored as 1/x" in out and "measure::decode_tok_s (0001_base)" in out   # compared with 0001
     assert "is not shown" not in out
 
     # llmgate's entries only: no pytest-benchmark table at all, its regression check still fails the run

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-PERF = Path(__file__).resolve().parents[1] / "perf"
+PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
 ENTRY = """
 [models.tiny-other]
 seed = 1

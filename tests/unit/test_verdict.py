@@ -101,3 +101,34 @@ def test_a_metric_near_zero_needs_an_absolute_move_too():
     assert judge_paired(m, m.name, "c", [0.01, 0.02, 0.0], [0.05, 0.06, 0.04]).status == UNCHANGED
     v = judge(m, m.name, "c", [0.01, 0.02, 0.0], [0.45, 0.44, 0.47])
     assert "min effect 10% and 10.0 %" in v.line()
+
+
+@pytest.mark.parametrize("make", [
+    lambda: judge_boots_example(),
+    lambda: judge(metrics.TTFT_P95, "ttft_p95@c8", "cfg", [0.2, 0.21, 0.19], None),
+    lambda: judge(CUSTOM, "my_ratio@x", "cfg", [1.0, 1.1, 0.9, 1.0], [2.0, 2.1, 1.9, 2.0]),
+], ids=["boots", "no-baseline", "custom-metric"])
+def test_a_verdict_round_trips_through_report_json(make):
+    """report.json holds what a Verdict is: a pytest-xdist worker's verdicts are rebuilt on the
+    controller (and by anyone reading the report) as the same objects, with the same line."""
+    import dataclasses
+    import json
+
+    from llmgate.verdict import Verdict
+
+    v = dataclasses.replace(make(), test="test_x", note="a note", regime="cpu")
+    back = Verdict.from_dict(json.loads(json.dumps(v.to_dict())))
+    assert back == v
+    assert back.line() == v.line()
+    assert (back.samples, back.baseline_samples, back.boot_values, back.noise) == \
+        (v.samples, v.baseline_samples, v.boot_values, v.noise)
+
+
+CUSTOM = metrics.Metric("my_ratio", "my ratio", "ratio", "higher", 0.2, min_abs_effect=0.1)
+
+
+def judge_boots_example():
+    from llmgate.verdict import judge_boots
+
+    return judge_boots(metrics.DECODE_TOK_S, "decode_tok_s", "cfg", [[100, 101, 99], [98, 99, 97]],
+                       [[110, 111, 109], [112, 110, 111]], 0.05, 0.05, "0001_x.json")

@@ -79,7 +79,8 @@ def test_entries_stay_on_one_worker_and_store_compare_and_report_per_run(pyteste
     r, _ = run(pytester, {**SAME, "second": [35, 36, 34, 35, 36]}, "-n", "2", "--benchmark-compare=0001",
                "--llmgate-no-confirm")
     r.assert_outcomes(passed=3, failed=1)
-    r.stdout.fnmatch_lines(["*1 regression(s)*", "*second*decode_tok_s*baseline 50.0 tok/s → now 35.0 tok/s, change -30.0%*"])
+    r.stdout.fnmatch_lines(["*1 regression(s)*", "*second decode_tok_s (decode tok/s (c=1), higher is better): baseline 50.0 tok/s (1 boot) → now 35.0 tok/s "
+                            "(1 boot), change -30.0%*regressed*"])
 
     # without xdist, a bare --benchmark-compare takes every worker file of the newest run
     r, placed = run(pytester, SAME, "--benchmark-compare")
@@ -99,7 +100,7 @@ def test_entries_stay_on_one_worker_and_store_compare_and_report_per_run(pyteste
     ("t.py::test_p[other]", "t.py::test_p[other]"),
 ])
 def test_tests_are_grouped_by_matrix_entry(nodeid, scope):
-    from llmgate.plugin import entry_scope
+    from llmgate.xdist import entry_scope
     assert entry_scope(nodeid, ["h200-12gb", "h200-12gb-bf16"]) == scope
 
 

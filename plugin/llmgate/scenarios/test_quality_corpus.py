@@ -7,15 +7,15 @@ model (facts, arithmetic, code that must pass its unit tests) gate only real mod
 random weights their result is reported, never gated, and never loosened.
 """
 
-import pytest
 from tabulate import tabulate
 
+import llmgate
 from llmgate import metrics, quality
 
 
-@pytest.mark.lever("quality")
-def test_corpus(llmgate_server, llmgate_settings, gate):
-    h = llmgate_server
+@llmgate.scenario("quality")
+def test_corpus(gate):
+    h = gate.server
     random = quality.random_weights(h)
     rows, unsupported, results = [], [], {"guaranteed": [], "real_model": []}
     for case in quality.load_corpus():
@@ -26,7 +26,7 @@ def test_corpus(llmgate_server, llmgate_settings, gate):
                 unsupported.append(case.id)
                 continue
         budget = case.max_tokens + (h.engine.structured_slack if fields else 0)
-        done, body = quality.complete(h, case.prompt, budget, fields, timeout=llmgate_settings.request_timeout)
+        done, body = quality.complete(h, case.prompt, budget, fields, timeout=gate.settings.request_timeout)
         if done.status != 200:
             checks = [quality.CheckResult("request", False, f"HTTP {done.status}: {done.error}")]
         else:

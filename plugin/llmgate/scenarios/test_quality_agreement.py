@@ -4,6 +4,7 @@ position where they diverge and the share of positions that agree."""
 
 import pytest
 
+import llmgate
 from llmgate import metrics, quality
 
 PROMPTS = 4
@@ -11,24 +12,24 @@ PROMPT_TOKENS = 32
 OUTPUT_TOKENS = 64
 
 
-@pytest.mark.lever("quantization")
-def test_quantization_agreement(llmgate_config, llmgate_server, llmgate_prompts, llmgate_settings, gate):
-    h, st = llmgate_server, llmgate_settings
+@llmgate.scenario("quantization")
+def test_quantization_agreement(gate):
+    h, st, pm = gate.server, gate.settings, gate.prompts
     outputs = []
     for i in range(PROMPTS):
-        prompt = llmgate_prompts.text(PROMPT_TOKENS, f"agreement-{i}")
+        prompt = pm.text(PROMPT_TOKENS, f"agreement-{i}")
         done, body = quality.complete(h, prompt, OUTPUT_TOKENS, h.engine.fixed_length_fields(h.config, h.eos_token_id),
                                       timeout=st.request_timeout)
         assert done.status == 200, f"HTTP {done.status}: {done.error}"
         ids = done.token_ids if done.token_ids is not None else \
-            llmgate_prompts.tok.encode(done.text, add_special_tokens=False).ids
+            pm.tok.encode(done.text, add_special_tokens=False).ids
         outputs.append({"text": done.text, "ids": ids})
     gate.remember("agreement", {"outputs": outputs})
     ref, ref_figures = gate.reference("agreement")
     if ref is None:
         return
     if ref_figures is None:
-        pytest.fail(f"{llmgate_config.id}: reference {ref.id!r} was not measured in this session")
+        pytest.fail(f"{gate.entry.id}: reference {ref.id!r} was not measured in this session")
     agree, first = [], []
     for mine, theirs in zip(outputs, ref_figures["outputs"]):
         agree.append(quality.agreement(mine["ids"], theirs["ids"]))

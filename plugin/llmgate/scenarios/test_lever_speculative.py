@@ -7,36 +7,34 @@ tok/s divided by the reference entry's (same model without speculation, same ses
 The reference entry runs the same workload and records its decode speed.
 """
 
-import httpx
+import statistics
+
 import pytest
 
-from llmgate import load, metrics, signals, stats
+import llmgate
+from llmgate import metrics
 
 
-@pytest.mark.lever("speculative")
-def test_speculative_decoding(llmgate_config, llmgate_server, llmgate_prompts, llmgate_settings, llmgate_session, gate):
+@llmgate.scenario("speculative")
+def test_speculative_decoding(gate):
     cfg = gate.require_lever("speculative")
-    sc, st, h = llmgate_session.matrix.scenarios, llmgate_settings, llmgate_server
+    sc, st, h = gate.scenarios, gate.settings, gate.server
     ref, ref_figures = gate.reference("speculative")
     if cfg.speculative and ref is None:
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
     figures: dict[str, list[float]] = {}
-    http = httpx.Client(timeout=30)
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
         variant = f"p{n_prompt}"
-        load.decode_run(h, llmgate_prompts, n_prompt, sc.spec_output_tokens, 0, st.warmup, st.request_timeout,
-                        f"spec-warm-{variant}")
+        gate.sequential(n_prompt, sc.spec_output_tokens, 0, seed=f"spec-warm-{variant}")
         acceptances, samples = [], []
         for r in range(st.repeats):
-            before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
-            res = load.run(h, load.fixed_requests(h, llmgate_prompts, 1, n_prompt, sc.spec_output_tokens,
-                                                  f"spec-{variant}-{r}"), 1, st.request_timeout)
-            after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
-            gate.requests(res)
+            before = gate.scrape()
+            res = gate.run(gate.fresh_requests(1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
+            after = gate.scrape()
             samples += res.ok
-            acceptances.append(h.engine.spec_acceptance(signals.Delta(before, after)))
+            acceptances.append(h.engine.spec_acceptance(gate.delta(before, after)))
         tok_s = [s.decode_tok_s for s in samples]
         figures[variant] = tok_s
         gate.record(metrics.DECODE_TOK_S, tok_s, variant)
@@ -56,7 +54,7 @@ def test_speculative_decoding(llmgate_config, llmgate_server, llmgate_prompts, l
             if ref_figures is None:
                 pytest.fail(f"{cfg.id}: reference entry {ref.id!r} was not measured in this session")
             if variant in ref_figures:
-                base = stats.median(ref_figures[variant])
+                base = statistics.median(ref_figures[variant])
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
                             reference=ref.id)
     assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"

@@ -20,12 +20,13 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, note, settings, strategies as st
 
-from llmgate import load, quality
+import llmgate
+from llmgate import quality
 
 
-@pytest.mark.lever("quality")
-def test_prompt_length_limits(llmgate_config, llmgate_server, llmgate_prompts, llmgate_settings, gate):
-    h, cfg, pm = llmgate_server, llmgate_config, llmgate_prompts
+@llmgate.scenario("quality")
+def test_prompt_length_limits(gate):
+    h, cfg, pm = gate.server, gate.entry, gate.prompts
     why = h.engine.cannot("limits", cfg)
     if why:
         pytest.skip(why)
@@ -36,16 +37,16 @@ def test_prompt_length_limits(llmgate_config, llmgate_server, llmgate_prompts, l
     # anywhere from the shortest prompt to past the limit, with extra weight at the boundary
     lengths = st.one_of(st.integers(pm.specials + 1, limit + 256), st.integers(max(pm.specials + 1, limit - 40), limit + 8))
 
-    @settings(max_examples=llmgate_settings.hypothesis_examples, deadline=None, database=None,
+    @settings(max_examples=gate.settings.hypothesis_examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(prompt_len=lengths, max_tokens=st.integers(1, 32),
            concurrency=st.integers(1, 4))
     def prop(prompt_len, max_tokens, concurrency):
         tried.append((prompt_len, max_tokens, concurrency))
-        reqs = [load.completion(h, pm.text(prompt_len, f"limits-{prompt_len}-{max_tokens}-{k}"), max_tokens,
+        reqs = [gate.request(pm.text(prompt_len, f"limits-{prompt_len}-{max_tokens}-{k}"), max_tokens,
                                 prompt_tokens=prompt_len) for k in range(concurrency)]
         note("reproduce: " + quality.as_curl(h, {**reqs[0].payload, "stream": True}))
-        samples = load.run(h, reqs, concurrency, llmgate_settings.request_timeout).samples
+        samples = gate.run(reqs, concurrency, account=False).samples   # judged below, failures included
         for s in samples:
             if prompt_len + max_tokens <= limit:
                 where = f"prompt {prompt_len} + max_tokens {max_tokens} within max_model_len {limit}"

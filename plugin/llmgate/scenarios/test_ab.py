@@ -3,7 +3,7 @@ candidate (B) booted alternately in this job — A B A B … — and measured wi
 workload; B fails if it is slower than A beyond the metric's minimum effect and beyond the
 boot-to-boot noise.
 
-    pytest tests/perf/test_ab.py --llmgate-ab A=/venvs/vllm-pinned/bin/python \\
+    pytest --pyargs llmgate.scenarios -k test_ab --llmgate-ab A=/venvs/vllm-pinned/bin/python \\
                                  --llmgate-ab B=/venvs/vllm-nightly/bin/python
 """
 

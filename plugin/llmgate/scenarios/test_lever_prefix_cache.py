@@ -8,19 +8,22 @@ prompt_tokens_details.cached_tokens); an entry with prefix caching off must show
 reduction and no hits (seed: up to 88% lower TTFT).
 """
 
+import statistics
+
 import httpx
 import pytest
 
-from llmgate import load, metrics, signals, stats
+import llmgate
+from llmgate import metrics
 
 OUTPUT_TOKENS = 4
 WARM_PER_ROUND = 3
 
 
-@pytest.mark.lever("prefix_cache")
-def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_settings, llmgate_session, gate):
+@llmgate.scenario("prefix_cache")
+def test_prefix_cache(gate):
     cfg = gate.require_lever("prefix_cache")
-    sc, st, h, pm = llmgate_session.matrix.scenarios, llmgate_settings, llmgate_server, llmgate_prompts
+    sc, h, pm = gate.scenarios, gate.server, gate.prompts
     lengths = [n for n in sc.prefix_lengths if n + sc.prefix_suffix_tokens + OUTPUT_TOKENS <= cfg.max_model_len]
     if not lengths:
         pytest.skip(f"{cfg.id}: max_model_len {cfg.max_model_len} is below every prefix length {sc.prefix_lengths}")
@@ -28,12 +31,10 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
 
     def one(n_prefix, prefix_seed, suffix_seed):
         prompt = pm.shared_prefix(n_prefix, sc.prefix_suffix_tokens, prefix_seed, suffix_seed)
-        req = load.completion(h, prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
-        res = load.run(h, [req], 1, st.request_timeout)
-        gate.requests(res)
-        return res.ok[0]
+        req = gate.request(prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
+        return gate.run([req], 1).ok[0]
 
-    load.decode_run(h, pm, 64, OUTPUT_TOKENS, 0, st.warmup, st.request_timeout, "prefix-warm")
+    gate.sequential(64, OUTPUT_TOKENS, 0, seed="prefix-warm")
     summary = {}
     for n in lengths:
         colds, warms, reductions, hits = [], [], [], []
@@ -42,21 +43,21 @@ def test_prefix_cache(llmgate_config, llmgate_server, llmgate_prompts, llmgate_s
                 h.engine.reset_prefix_cache(http, h.base_url)
             prefix = f"prefix-{n}-round-{r}"
             cold = one(n, prefix, "cold")
-            before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
+            before = gate.scrape()
             warm = [one(n, prefix, f"warm-{k}") for k in range(WARM_PER_ROUND)]
-            after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
+            after = gate.scrape()
             colds.append(cold.ttft)
             warms += [w.ttft for w in warm]
-            reductions.append(1.0 - stats.median([w.ttft for w in warm]) / cold.ttft)
-            got = h.engine.prefix_cache_hits(signals.Delta(before, after))
+            reductions.append(1.0 - statistics.median([w.ttft for w in warm]) / cold.ttft)
+            got = h.engine.prefix_cache_hits(gate.delta(before, after))
             if got is None and all(w.cached_tokens is not None for w in warm):
                 got = sum(w.cached_tokens for w in warm)     # the engine says it in usage instead
             hits.append(None if got is None else got / WARM_PER_ROUND)
         v = f"prefix{n}"
         gate.record(metrics.TTFT_C1, colds, f"{v}-cold")
         gate.record(metrics.TTFT_C1, warms, f"{v}-warm")
-        summary[n] = {"cold_ttft": stats.median(colds), "warm_ttft": stats.median(warms),
-                      "reduction": stats.median(reductions), "hit_tokens_per_request": hits}
+        summary[n] = {"cold_ttft": statistics.median(colds), "warm_ttft": statistics.median(warms),
+                      "reduction": statistics.median(reductions), "hit_tokens_per_request": hits}
         if cfg.prefix_caching:
             gate.record(metrics.PREFIX_REDUCTION, reductions, v, cold_ttft_s=colds, warm_ttft_s=warms)
             if all(x is not None for x in hits):

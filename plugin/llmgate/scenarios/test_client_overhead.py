@@ -5,16 +5,17 @@ concurrency 8 and up (its CPU time stays a small share of the wall time).
 Per repeat, the mean client TTFT minus the mean engine TTFT over the same requests (from
 the engine's histogram sum/count deltas) is recorded, at c=1 and at c=8 and 16, and the CPU
 share of the busiest client process (at high concurrency on a many-core machine the load is
-spread over several client processes: llmgate.load.client_workers).
+spread over several client processes: gate.client_workers).
 """
 
+import statistics
 import time
 
-import httpx
 import psutil
 import pytest
 
-from llmgate import load, metrics, signals, stats
+import llmgate
+from llmgate import metrics
 
 MAX_OVERHEAD_S = 0.010        # "a few ms": client TTFT − engine TTFT, median over repeats, at c=1
 MAX_CLIENT_CPU_SHARE = 0.5    # half of one core: far from saturating the client process
@@ -25,32 +26,30 @@ def cpu(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-@pytest.mark.lever("gate")
-def test_client_overhead(llmgate_server, llmgate_prompts, llmgate_settings, gate):
-    h, st = llmgate_server, llmgate_settings
-    http = httpx.Client(timeout=30)
+@llmgate.scenario()
+def test_client_overhead(gate):
+    h, st = gate.server, gate.settings
     me = psutil.Process()
     summary = {}
     for n in (1, 8, 16):
-        load.run(h, load.fixed_requests(h, llmgate_prompts, n, 128, 32, f"overhead-warm-{n}"), n, st.request_timeout)
+        gate.run(gate.fresh_requests(n, 128, 32, f"overhead-warm-{n}"), n, account=False)
         overheads, cpu_shares = [], []
         for r in range(st.repeats):
-            reqs = load.fixed_requests(h, llmgate_prompts, max(2 * n, 4), 128, 32, f"overhead-c{n}-{r}")
-            before = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
-            procs = [me, *(psutil.Process(pid) for pid in load.client_pids())]
+            reqs = gate.fresh_requests(max(2 * n, 4), 128, 32, f"overhead-c{n}-{r}")
+            before = gate.scrape()
+            procs = [me, *(psutil.Process(pid) for pid in gate.client_pids())]
             cpu0, t0 = [cpu(p) for p in procs], time.perf_counter()
-            res = load.run(h, reqs, n, st.request_timeout)
+            res = gate.run(reqs, n)
             cpu1, wall = [cpu(p) for p in procs], time.perf_counter() - t0
-            after = signals.scrape(http, h.base_url, h.engine.metrics_path, h.auth_headers())
-            gate.requests(res)
-            server = h.engine.server_ttft(signals.Delta(before, after))
+            after = gate.scrape()
+            server = h.engine.server_ttft(gate.delta(before, after))
             if server is None:
                 pytest.skip(f"{h.engine.name} exposes no server-side TTFT to compare the client with")
             overheads.append(sum(res.ttfts()) / len(res.ttfts()) - server)
             cpu_shares.append(max(b - a for a, b in zip(cpu0, cpu1)) / wall)
         gate.record(metrics.CLIENT_OVERHEAD, overheads, f"c{n}")
-        gate.record(metrics.CLIENT_CPU, cpu_shares, f"c{n}", client_processes=load.client_workers(n))
-        summary[n] = (stats.median(overheads), stats.median(cpu_shares))
+        gate.record(metrics.CLIENT_CPU, cpu_shares, f"c{n}", client_processes=gate.client_workers(n))
+        summary[n] = (statistics.median(overheads), statistics.median(cpu_shares))
     assert summary[1][0] < MAX_OVERHEAD_S, (
         f"client TTFT is {summary[1][0] * 1000:.1f} ms above the engine's own at c=1 (limit {MAX_OVERHEAD_S * 1000:.0f} ms)")
     for n in (8, 16):

@@ -5,14 +5,15 @@ settings: 2 of 5 outputs valid; with disable_any_whitespace: 10 of 10)."""
 
 import pytest
 
+import llmgate
 from llmgate import metrics, quality
 
 SAMPLES = 5
 
 
-@pytest.mark.lever("quality")
-def test_structured_validity(llmgate_server, llmgate_settings, gate):
-    h = llmgate_server
+@llmgate.scenario("quality")
+def test_structured_validity(gate):
+    h = gate.server
     cases = [c for c in quality.load_corpus() if c.structured]
     if all(h.engine.structured_fields(c.structured) is None for c in cases):
         pytest.skip(f"{h.engine.name} has no constrained decoding")
@@ -24,7 +25,7 @@ def test_structured_validity(llmgate_server, llmgate_settings, gate):
         for k in range(SAMPLES):
             done, body = quality.complete(h, case.prompt, case.max_tokens + h.engine.structured_slack, fields,
                                           temperature=1.0, seed=1000 + k,
-                                          timeout=llmgate_settings.request_timeout)
+                                          timeout=gate.settings.request_timeout)
             bad = [c for c in quality.check_case(case, done.text) if not c.ok] if done.status == 200 else ["HTTP error"]
             if bad:
                 invalid.append(f"{case.id} sample {k}: {done.text[:80]!r} {bad[0]}\n    {quality.as_curl(h, body)}")

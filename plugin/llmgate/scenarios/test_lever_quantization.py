@@ -5,32 +5,31 @@ entry; what is gated is each entry's decode speed divided by its reference entry
 (full precision) measured in the same session (seed, RTX 4070: FP8 1.07x, AWQ4 ~1.4x of FP16).
 """
 
-import pytest
+import statistics
 
-from llmgate import load, metrics, stats
+import llmgate
+from llmgate import metrics
 
 
-@pytest.mark.lever("quantization")
-def test_weight_precision(llmgate_config, llmgate_server, llmgate_prompts, llmgate_settings, llmgate_session, gate):
+@llmgate.scenario("quantization")
+def test_weight_precision(gate):
     cfg = gate.require_lever("quantization")
-    sc, st = llmgate_session.matrix.scenarios, llmgate_settings
-    result = load.decode_run(llmgate_server, llmgate_prompts, sc.decode_prompt_tokens, sc.decode_output_tokens,
-                             st.repeats, st.warmup, st.request_timeout, "quantization")
-    gate.requests(result)
+    sc, h = gate.scenarios, gate.server
+    result = gate.sequential(sc.decode_prompt_tokens, sc.decode_output_tokens, seed="quantization")
     tok_s = [s.decode_tok_s for s in result.ok]
-    peak = llmgate_server.memory.peak()
+    peak = h.memory.peak()
     gate.record(metrics.DECODE_TOK_S, tok_s, raw=result.raw())
     gate.record(metrics.PREFILL_TOK_S, [s.prompt_tokens / s.ttft for s in result.ok])
-    gate.record(metrics.STARTUP_S, [llmgate_server.startup_s])
+    gate.record(metrics.STARTUP_S, [h.startup_s])
     if peak:
         gate.record(metrics.PEAK_RSS, [peak])
-    gate.remember("quantization", {"decode_tok_s": tok_s, "startup_s": llmgate_server.startup_s, "peak_rss": peak,
+    gate.remember("quantization", {"decode_tok_s": tok_s, "startup_s": h.startup_s, "peak_rss": peak,
                                    "weights": f"{cfg.model} dtype={cfg.dtype} quantization={cfg.quantization}"})
 
     ref, ref_figures = gate.reference("quantization")
     if ref is not None:
         assert ref_figures is not None, (f"{cfg.id}: reference entry {ref.id!r} was not measured in this session "
                                          f"(it must list the 'quantization' lever and run first)")
-        base = stats.median(ref_figures["decode_tok_s"])
+        base = statistics.median(ref_figures["decode_tok_s"])
         gate.record(metrics.SPEEDUP, [v / base for v in tok_s], "quantization",
                     reference=ref.id, reference_decode_tok_s=ref_figures["decode_tok_s"])

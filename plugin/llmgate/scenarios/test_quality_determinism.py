@@ -5,6 +5,7 @@ texts (--llmgate-determinism=warn makes it a warning instead of a failure)."""
 
 import pytest
 
+import llmgate
 from llmgate import metrics, quality
 
 PROMPTS = 4
@@ -19,12 +20,12 @@ def greedy(h, prompt, timeout):
     return done
 
 
-@pytest.mark.lever("quality")
-def test_greedy_determinism(llmgate_server, llmgate_prompts, llmgate_settings, gate):
-    h, st = llmgate_server, llmgate_settings
+@llmgate.scenario("quality")
+def test_greedy_determinism(gate):
+    h, st, pm = gate.server, gate.settings, gate.prompts
     outputs, same = {}, []
     for i in range(PROMPTS):
-        prompt = llmgate_prompts.text(PROMPT_TOKENS, f"determinism-{i}")
+        prompt = pm.text(PROMPT_TOKENS, f"determinism-{i}")
         first, second = greedy(h, prompt, st.request_timeout), greedy(h, prompt, st.request_timeout)
         ids = first.token_ids if first.token_ids is not None else None
         outputs[f"p{i}"] = {"text": first.text, "token_ids": ids}

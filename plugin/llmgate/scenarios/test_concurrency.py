@@ -1,0 +1,48 @@
+"""Gate: N users at once — aggregate throughput, TTFT p50/p95 and ITL p95 (seed lever 4's measure),
+in a steady-state window: N streams always in flight (closed loop; output lengths mixed by
+`[scenarios] output_spread`), a warm-up until throughput
+stops rising, then a window of at least `[scenarios] window_s` and `window_requests` requests.
+Aggregate tok/s counts the tokens emitted inside the window; latency percentiles take the
+requests that lived inside it.  And the same load as users make it: Poisson arrivals at
+`[scenarios] arrival_rate` requests/s (like `vllm bench serve --request-rate`), where TTFT is
+what a user waits.  Both measured on each of the entry's boots."""
+
+import llmgate
+from llmgate import device, metrics
+
+PROMPT_TOKENS = 128
+OUTPUT_TOKENS = 64
+
+
+def _measure(gate, variant, concurrency, rate=None):
+    with gate.gpu_sampler() as gpu:
+        result = gate.steady(PROMPT_TOKENS, OUTPUT_TOKENS, concurrency, rate=rate, seed=f"conc-{variant}",
+                             label=variant)
+    info = {"window": result.window_info()}
+    if gate.entry.device == "gpu":
+        info["gpu_sampling"] = gpu.summary()
+        for line in device.sampling_notes(info["gpu_sampling"], variant):
+            gate.note(line)
+    return result, info
+
+
+@llmgate.scenario(boots=True)
+def test_concurrency(gate):
+    n = gate.settings.concurrency
+    variant = f"c{n}"
+    result, info = _measure(gate, variant, n)
+    gate.record(metrics.AGGREGATE_TOK_S, gate.repeat_values(result, "aggregate_tok_s"), variant, raw=result.raw(),
+                **info)
+    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant)
+    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant)
+    gate.record(metrics.ITL_P95, gate.repeat_values(result, "itl_p95"), variant)
+
+
+@llmgate.scenario(boots=True)
+def test_arrival_rate(gate):
+    rate = gate.scenarios.rate(gate.entry.device)
+    variant = f"rate{rate:g}"
+    result, info = _measure(gate, variant, gate.settings.concurrency, rate)
+    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, raw=result.raw(), **info)
+    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant)
+    gate.record(metrics.E2E_P50, gate.repeat_values(result, "e2e_p50"), variant)
