@@ -244,7 +244,10 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         bad = set(spec) - spec_fields
         if bad:
             raise MatrixError(f"{where}: models.{name}: unknown key {sorted(bad)[0]!r} (allowed: {', '.join(sorted(spec_fields))})")
-        models[name] = dataclasses.replace(tinymodel.TinySpec(), **spec)
+        try:
+            models[name] = dataclasses.replace(tinymodel.TinySpec(), **spec)
+        except (TypeError, ValueError) as e:
+            raise MatrixError(f"{where}: models.{name}: {e}") from None
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise MatrixError(f"{where}: 'defaults' must be a table")
