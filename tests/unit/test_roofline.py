@@ -81,3 +81,18 @@ def test_seed_awq_ratio_is_printed_beside_the_gpu_awq_entry():
     rows = {r[1]: r for r in reference.rows(ref, run)}
     assert rows["AWQ4 ÷ FP16 decode"][3] == "h200-8b-awq4 speedup_vs_reference@quantization: 2.200"
     assert rows["FP8 ÷ FP16 decode"][3] == "h200-12gb-fp8 speedup_vs_reference@quantization: 1.200"
+
+
+def test_the_seed_mtp_speedup_is_not_set_beside_an_ngram_entry():
+    ref = reference.load("seed-rtx4070", (ROOT / "baselines" / "reference",))
+
+    def row(method, load_format=None):
+        detail = {"model": "/m", "speculative": {"method": method}, "load_format": load_format}
+        run = {"verdicts": [{"key": "speedup_vs_reference@speculative-p64", "config": f"e-{method}", "now": {"median": 1.3},
+                             "config_detail": detail}]}
+        return {r[1]: r for r in reference.rows(ref, run)}["FP16 + MTP n=1 ÷ FP16"][3]
+
+    assert row("ngram") == "—"
+    assert row("mtp") == "e-mtp speedup_vs_reference@speculative-p64: 1.300"
+    assert row("qwen3_5_mtp").startswith("e-qwen3_5_mtp")
+    assert row("mtp", "dummy") == "—"              # random MTP heads: their cost, not the seed's method
