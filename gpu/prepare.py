@@ -14,6 +14,7 @@ carried packages count as installed.
 from __future__ import annotations
 
 import email.parser
+import os
 import importlib.metadata as md
 import re
 import subprocess
@@ -27,7 +28,8 @@ from pip._vendor.packaging.utils import canonicalize_name
 from pip._vendor.packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("gpu",)
+# LLMGATE_EXTRAS="gpu llamacpp": also gguf (and what it needs) for llama.cpp entries, whose GGUFs are written there
+EXTRAS = tuple(os.environ.get("LLMGATE_EXTRAS", "gpu").split())
 ALSO = ("hypothesis>=6.100",)     # the packaged quality scenarios import it, whatever is selected
 
 

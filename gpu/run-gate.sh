@@ -17,6 +17,8 @@
 #    and the engine's packages are never replaced.  The plugin is used from plugin/ (-p).
 # 3. Model: the matrix's config-only model folders go into $LLMGATE_CACHE (default .gpu-model/
 #    when carried, else made there by gpu/make-model.py).
+#    llama.cpp: $LLMGATE_LLAMA_SERVER, else the CUDA build of gpu/build-llama-server-cuda.sh on this
+#    machine; LLMGATE_EXTRAS="gpu llamacpp" also installs gguf (GGUFs are written here).
 #    LLMGATE_SLOWDOWN_US=N: vLLM's launcher is wrapped to be N µs slower per model step
 #    (gpu/make-slow-launcher.sh: the gate's own sensitivity check; the fingerprint stays the same).
 # 4. pytest -m gpu --llmgate-matrix $LLMGATE_MATRIX (default matrices/gpu.toml; set and empty: no
@@ -58,6 +60,14 @@ else
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 fi
 export PYTHONUNBUFFERED=1
+# llama.cpp: the CUDA llama-server gpu/build-llama-server-cuda.sh built on this machine, unless one is named
+if [ -z "${LLMGATE_LLAMA_SERVER:-}" ]; then
+  for b in "${LLMGATE_LLAMA_CACHE:-/root/llmgate-llama}"/llama.cpp/*-cuda*/build/bin/llama-server; do
+    [ -x "$b" ] && [ -f "$(dirname "$(dirname "$(dirname "$b")")")/llmgate-build.json" ] || continue
+    export LLMGATE_LLAMA_SERVER=$b
+    echo "llamacpp: $b (\$LLMGATE_LLAMA_SERVER)"
+  done
+fi
 # the gate's own sensitivity check: vLLM made slower by N µs per model step (tests/validation/slowdown)
 if [ -n "${LLMGATE_SLOWDOWN_US:-}" ]; then
   LLMGATE_VLLM_PYTHON=$(gpu/make-slow-launcher.sh "$LLMGATE_SLOWDOWN_US")

@@ -177,6 +177,27 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4
 _QUANT_BYTES = {"fp8": 1.0, "awq": 0.5, "gptq": 0.5, "awq_marlin": 0.5, "gptq_marlin": 0.5}
 
 
+_PACKED_METHODS = ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto_awq", "auto_gptq")
+
+
+def checkpoint_quant_bytes(qcfg: Any, scale_bytes: float | None) -> float | None:
+    """Bytes per weight of a linear layer in a group-quantized checkpoint (config.json's
+    ``quantization_config``, as vLLM's AWQ/GPTQ loaders read it: ``bits`` (or ``w_bit``),
+    ``group_size`` (or ``q_group_size``), ``zero_point`` / ``sym``): ``bits`` / 8 for the packed
+    weight, plus per group of ``group_size`` input channels one scale at the activation dtype's
+    width and, with zero points, one packed ``bits``-wide zero.  AWQ 4-bit, group 128, fp16
+    scales: 0.5 + (2 + 0.5) / 128 = 0.5195.  None for anything else (fp8, no config)."""
+    if not isinstance(qcfg, dict) or str(qcfg.get("quant_method", "")).lower() not in _PACKED_METHODS:
+        return None
+    bits = qcfg.get("bits", qcfg.get("w_bit"))
+    group = qcfg.get("group_size", qcfg.get("q_group_size"))
+    if not isinstance(bits, int) or not isinstance(group, int) or not bits or scale_bytes is None:
+        return None
+    zero = qcfg.get("zero_point") if "zero_point" in qcfg else not qcfg.get("sym", True)
+    per_group = scale_bytes + (bits / 8 if zero else 0.0)
+    return bits / 8 + (per_group / group if group > 0 else 0.0)
+
+
 def weight_bytes_per_token(model: Path | str, dtype: str = "auto", quantization: str | None = None) -> dict[str, Any] | None:
     """Bytes of weights one decode step reads at batch 1: every layer's weights and the LM head
     (the input embedding is a row lookup).  Linear layers at the quantization's width, the rest
@@ -192,6 +213,9 @@ def weight_bytes_per_token(model: Path | str, dtype: str = "auto", quantization:
     dt = cfg.get("torch_dtype", "bfloat16") if dtype == "auto" else dtype
     full = _DTYPE_BYTES.get(str(dt))
     lin = _QUANT_BYTES.get(quantization, None) if quantization else full
+    packed = checkpoint_quant_bytes(cfg.get("quantization_config"), full)
+    if packed is not None and quantization in (None, *_PACKED_METHODS):
+        lin = packed          # a pre-quantized checkpoint (AWQ/GPTQ): its bits and its groups' scales/zeros
     try:
         h, layers, inter, vocab = (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"],
                                    cfg["vocab_size"])

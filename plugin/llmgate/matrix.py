@@ -36,6 +36,46 @@ DEVICES = ("cpu", "gpu")
 LEVERS = ("gate", "quantization", "speculative", "kv_max_len", "concurrency", "prefix_cache", "quality")
 
 
+# Speculative decoding: whose acceptance figures mean something.  The drafts of these methods come
+# from the context itself (prompt lookup, suffix trees), so their acceptance is a property of the
+# text the target generates, with random weights too.  (vLLM: "ngram", "ngram_gpu", "suffix";
+# SGLang: "ngram"; llama.cpp: its n-gram lookup.)
+CONTEXT_DRAFT_METHODS = ("ngram", "ngram_gpu", "suffix", "lookup")
+# These draft from trained weights: a draft model, EAGLE/EAGLE-3 and MTP/NextN heads, Medusa, MLP
+# speculators, DFlash.  On random weights (load_format = "dummy", or a [models] shape) their drafts
+# are random: what they cost is real and may be gated, their acceptance is not a figure to keep.
+TRAINED_DRAFT_METHODS = ("draft_model", "standalone", "eagle", "eagle3", "mtp", "nextn", "medusa",
+                         "mlp_speculator", "dflash", "dspark", "extract_hidden_states")
+
+
+def spec_acceptance_meaningful(cfg: "ServerConfig", models: dict[str, Any] | None = None) -> str | None:
+    """None when the entry's speculative acceptance is a figure to record and compare; else why not.
+
+    Context drafts (CONTEXT_DRAFT_METHODS): always meaningful.  Trained drafts: meaningful only
+    with trained weights, i.e. neither the target nor the draft drawn at random by the engine
+    (``load_format = "dummy"``); llmgate's own draft model of a ``[models]`` target is a
+    truncation of the same seeded weights (``tinymodel.random_weights``), so its drafts agree
+    with the target by construction and count.  An unknown method is not counted."""
+    spec = cfg.speculative or {}
+    method = str(spec.get("method", "")).lower()
+    if method in CONTEXT_DRAFT_METHODS:
+        return None
+    trained = method in TRAINED_DRAFT_METHODS or method.endswith("_mtp")
+    if not trained:
+        return f"speculative method {method!r} is not known to llmgate (neither context nor trained drafts)"
+    if cfg.load_format == "dummy":
+        return (f"method {method!r} drafts from trained weights, and this entry's weights are random "
+                f"(load_format = \"dummy\"): its acceptance says nothing about the method")
+    draft = spec.get("model")
+    if method in ("draft_model", "standalone") and models is not None and cfg.model in models \
+            and isinstance(draft, str) and draft in models:
+        return None       # llmgate's truncated draft of its own seeded target
+    if models is not None and cfg.model in models:
+        return (f"method {method!r} needs a draft trained for this target; a [models] shape has random "
+                f"weights (no trained heads): its acceptance says nothing about the method")
+    return None
+
+
 class MatrixError(ValueError):
     """A matrix file that cannot be used; the message is one line naming file, entry and key."""
 
@@ -244,7 +284,10 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         bad = set(spec) - spec_fields
         if bad:
             raise MatrixError(f"{where}: models.{name}: unknown key {sorted(bad)[0]!r} (allowed: {', '.join(sorted(spec_fields))})")
-        models[name] = dataclasses.replace(tinymodel.TinySpec(), **spec)
+        try:
+            models[name] = dataclasses.replace(tinymodel.TinySpec(), **spec)
+        except (TypeError, ValueError) as e:
+            raise MatrixError(f"{where}: models.{name}: {e}") from None
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise MatrixError(f"{where}: 'defaults' must be a table")

@@ -144,6 +144,19 @@ def request_room(handle: ServerHandle) -> int | None:
         return None
 
 
+def lever_summary(dtype: str, ref_dtype: str, verified: int, ref_verified: int, boots: int, ref_boots: int,
+                  decode_tok_s: list[float], ref_decode_tok_s: list[float]) -> str:
+    """The KV-dtype lever in one line: both verified lengths, their ratio, the boots each probe
+    used and decode speed (median) at each verified length (seed, RTX 4070: KV fp8 64k → 96k,
+    1.5×; decode under 0.4% slower)."""
+    from .stats import median
+
+    mine, theirs = median(decode_tok_s), median(ref_decode_tok_s)
+    return (f"KV {dtype} vs {ref_dtype}: verified max_model_len {verified:,} vs {ref_verified:,} "
+            f"({verified / ref_verified:.3f}×), boots {boots} + {ref_boots}; decode at the verified "
+            f"length {mine:.1f} vs {theirs:.1f} tok/s ({mine / theirs - 1:+.2%})")
+
+
 def _bisect(good: int, bad: int | None, granularity: int) -> int | None:
     if bad is None or bad - good <= granularity:
         return None

@@ -61,6 +61,18 @@ def _matches(verdict: dict[str, Any], rule: dict[str, Any]) -> bool:
         elif k == "speculative":
             if bool(cfg.get("speculative")) != want:
                 return False
+        elif k == "acceptance_meaningful":    # drafts from trained weights on random weights: not the seed's method
+            from types import SimpleNamespace
+
+            from .matrix import spec_acceptance_meaningful
+            entry = SimpleNamespace(speculative=cfg.get("speculative"), load_format=cfg.get("load_format"),
+                                    model=cfg.get("model"))
+            if (spec_acceptance_meaningful(entry) is None) != want:
+                return False
+        elif k == "speculative_method":       # a list: the seed's MTP figure is not an n-gram figure
+            method = str((cfg.get("speculative") or {}).get("method", "")).lower()
+            if not any(method == w or (w == "mtp" and method.endswith("_mtp")) for w in want):
+                return False
         elif cfg.get(k) != want:
             return False
     return True

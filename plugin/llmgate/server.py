@@ -61,6 +61,11 @@ API_KEY_ENV = "LLMGATE_API_KEY"     # the key the servers are started with and t
 
 _records: dict[str, Path | None] = {"dir": None}      # where running servers are recorded (set by the plugin)
 _live: weakref.WeakSet = weakref.WeakSet()              # Servers of this process not yet stopped
+_last_stop = [0.0]        # time.monotonic() when a server of this process last finished stopping
+# after a server of this process stopped, the busy-GPU check waits this long for the memory its
+# processes held to show as free (the driver releases it as they end; NVML may tell a moment later)
+# before it refuses the next entry: entries of one session run one after the other on one GPU
+GPU_SETTLE_S = 20.0
 
 
 def record_servers_in(out_dir: Path | None) -> None:
@@ -348,8 +353,14 @@ class Server:
         except ValueError as e:
             raise BootError(f"{self.cfg.id}: {e}") from None
         if self.cfg.device == "gpu":
-            busy = device.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
-                                   lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
+            def check() -> str | None:
+                return device.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
+                                       lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
+            busy = check()
+            settle_until = _last_stop[0] + GPU_SETTLE_S
+            while busy and _last_stop[0] and time.monotonic() < settle_until and not HURRY.is_set():
+                time.sleep(1.0)                 # the server stopped just before may still be releasing it
+                busy = check()
             if busy:
                 raise BootError(busy)
         cfg, model = self._resolved()
@@ -525,6 +536,7 @@ class Server:
             self.proc.wait(5)
         strays.remove(self._record)
         self._record = None
+        _last_stop[0] = time.monotonic()
         return killed
 
     def _survivors(self, pgid: int) -> list[psutil.Process]:

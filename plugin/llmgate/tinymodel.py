@@ -63,6 +63,18 @@ class TinySpec:
     def __post_init__(self):
         if self.weights not in ("bf16", "awq4"):
             raise ValueError(f"weights must be 'bf16' or 'awq4', not {self.weights!r}")
+        if self.weights == "awq4":
+            # every linear layer's input in whole groups and its output in whole int32 words of 8
+            # nibbles (AutoAWQ's GEMM layout; vLLM's AWQ-Marlin kernels need the same)
+            head_dim = self.hidden // self.heads if self.heads else 0
+            ins = {"hidden": self.hidden, "intermediate": self.intermediate, "heads × head_dim": self.heads * head_dim}
+            outs = {"hidden": self.hidden, "intermediate": self.intermediate, "kv_heads × head_dim": self.kv_heads * head_dim}
+            for what, n in ins.items():
+                if n % AWQ_GROUP:
+                    raise ValueError(f"weights = 'awq4' needs {what} divisible by the AWQ group size {AWQ_GROUP}, got {n}")
+            for what, n in outs.items():
+                if n % 8:
+                    raise ValueError(f"weights = 'awq4' needs {what} divisible by 8 (packed int32), got {n}")
 
     def key(self) -> str:
         h = hashlib.sha256()

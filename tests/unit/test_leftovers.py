@@ -492,3 +492,28 @@ def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch,
             server._live.discard(s)
             p.kill()
             p.wait()
+
+
+def test_right_after_a_stop_the_busy_check_waits_for_the_memory_to_show_free(monkeypatch, tmp_path):
+    """The next entry of a one-GPU session boots right after the previous server stopped: while
+    NVML still counts that memory the check re-reads it (up to server.GPU_SETTLE_S), and boots once
+    it is free; without a recent stop it refuses at once, as above."""
+    from llmgate import server
+
+    answers = ["busy: not booted: the GPU is busy (1)", "busy: not booted: the GPU is busy (2)", None]
+    reads = []
+    monkeypatch.setattr(device, "busy_gpu", lambda *a, **k: reads.append(1) or answers[min(len(reads), 3) - 1])
+    monkeypatch.setattr(server.time, "sleep", lambda s: None)
+    monkeypatch.setattr(server.Server, "_resolved", lambda self: (_ for _ in ()).throw(RuntimeError("past the check")))
+    cfg = ServerConfig(id="next", engine="vllm", model="tiny", device="gpu", gpu_memory_utilization=0.3)
+    s = server.Server(cfg, Matrix(entries=(cfg,), models={}, source="test"), tmp_path)
+    monkeypatch.setattr(s.engine, "unavailable", lambda cfg: None)
+    monkeypatch.setattr(server, "_last_stop", [time.monotonic()])
+    with pytest.raises(RuntimeError, match="past the check"):
+        s.start()
+    assert len(reads) == 3
+    reads.clear()
+    monkeypatch.setattr(server, "_last_stop", [time.monotonic() - server.GPU_SETTLE_S - 1])
+    with pytest.raises(server.BootError, match=r"busy \(1\)"):
+        s.start()
+    assert len(reads) == 1

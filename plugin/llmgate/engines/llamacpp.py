@@ -83,6 +83,26 @@ def _version(binary: str) -> tuple[str | None, str | None]:
     return f"{m.group(1)} build {m.group(2)}", m.group(3)
 
 
+@functools.lru_cache(maxsize=8)
+def _devices(binary: str) -> tuple[str, ...]:
+    """The devices a llama-server build can use here (``--list-devices``: "CUDA0: NVIDIA H200 …")."""
+    try:
+        out = subprocess.run([binary, "--list-devices"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(m.group(1) for m in re.finditer(r"^\s*((?:CUDA|ROCm|Vulkan|Metal|SYCL)\d*: [^\n]+)",
+                                                  out.stdout + out.stderr, re.M))
+
+
+def _build_commit(binary: Path) -> str | None:
+    """The llama.cpp commit llmgate.install recorded for a binary it built (a build from the slim
+    source pack has no git metadata, so the binary itself says "unknown")."""
+    try:
+        return json.loads((binary.parents[2] / "llmgate-build.json").read_text()).get("llama_cpp_commit")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Adapter(BaseAdapter):
     name: ClassVar[str] = "llamacpp"
     api_key_env: ClassVar[str | None] = "LLAMA_API_KEY"
@@ -91,8 +111,12 @@ class Adapter(BaseAdapter):
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.launcher and not Path(cfg.launcher).is_file():
             return f"launcher {cfg.launcher!r} (a llama-server binary) does not exist"
-        if find_binary(cfg) is None:
+        binary = find_binary(cfg)
+        if binary is None:
             return f"llama-server not found ({INSTALL_HINT})"
+        if cfg.device == "gpu" and not _devices(str(binary)):
+            return (f"{binary} lists no GPU device (--list-devices): a build without CUDA, or no GPU visible "
+                    f"(build one with gpu/build-llama-server-cuda.sh; it is found through $LLMGATE_LLAMA_SERVER)")
         if cfg.kv_cache_dtype not in ("auto", *KV_TYPES):
             return f"kv_cache_dtype {cfg.kv_cache_dtype!r}: llama.cpp takes one of {', '.join(KV_TYPES)}"
         return None
@@ -151,7 +175,12 @@ class Adapter(BaseAdapter):
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         binary = find_binary(cfg) if cfg else shutil.which("llama-server")
         version, commit = _version(str(binary)) if binary else (None, None)
-        return EngineInfo("llamacpp", version, commit, {"binary": str(binary)})
+        if binary and commit in (None, "unknown"):
+            commit = _build_commit(Path(binary)) or commit
+        extra = {"binary": str(binary)}
+        if binary and cfg is not None and cfg.device == "gpu":
+            extra["devices"] = list(_devices(str(binary)))
+        return EngineInfo("llamacpp", version, commit, extra)
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         for pattern in (r"error: [^\n]+", r"(?:failed to|unable to) [^\n]+", r"\bexception\b[^\n]*"):

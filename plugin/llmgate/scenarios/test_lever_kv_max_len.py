@@ -57,6 +57,9 @@ def test_max_model_len(llmgate_config, llmgate_exclusive, llmgate_settings, gate
     gate.record(metrics.LEN_RATIO, [ratio], reference=ref.id)
     base = stats.median(ref_figures["decode_tok_s"])
     gate.record(metrics.SPEEDUP, [v / base for v in tok_s], "kv-dtype", reference=ref.id)
+    gate.note(probe.lever_summary(cfg.kv_cache_dtype, ref.kv_cache_dtype, result.verified_max_model_len,
+                                  ref_figures["max_model_len"], result.boots, ref_figures["boots"],
+                                  tok_s, ref_figures["decode_tok_s"]))
     if cfg.kv_cache_dtype.startswith("fp8") and ref.kv_cache_dtype == "auto":
         # what the lever is for: the same budget holds more context
         assert ratio > 1.0, (f"{cfg.id}: KV cache {cfg.kv_cache_dtype} fits {result.verified_max_model_len} tokens, "

@@ -5,6 +5,12 @@ rate (accepted / draft tokens), mean acceptance length (1 + accepted / drafts) a
 per-position acceptance, from /metrics counter deltas around each request; and decode
 tok/s divided by the reference entry's (same model without speculation, same session).
 The reference entry runs the same workload and records its decode speed.
+
+Acceptance is recorded (and compared with baselines and the seed) only where it means something
+(``llmgate.matrix.spec_acceptance_meaningful``): drafts from the context (n-gram prompt lookup)
+always; drafts from trained weights (a draft model, EAGLE, MTP) only when neither side has random
+weights.  Otherwise the counters are kept in the speed-up's raw data and named in a note as not
+meaningful: what such a method costs is still measured and gated.
 """
 
 import statistics
@@ -12,7 +18,7 @@ import statistics
 import pytest
 
 import llmgate
-from llmgate import metrics
+from llmgate import matrix, metrics
 
 
 @llmgate.scenario("speculative")
@@ -23,6 +29,7 @@ def test_speculative_decoding(gate):
     if cfg.speculative and ref is None:
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
     figures: dict[str, list[float]] = {}
+    not_meaningful = matrix.spec_acceptance_meaningful(cfg, gate.session.matrix.models) if cfg.speculative else None
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
@@ -38,10 +45,17 @@ def test_speculative_decoding(gate):
         tok_s = [s.decode_tok_s for s in samples]
         figures[variant] = tok_s
         gate.record(metrics.DECODE_TOK_S, tok_s, variant)
+        counters = None
         if cfg.speculative:
             if any(a is None for a in acceptances):
                 # reported as unsupported, never as zero; the speed-up below is still measured
                 gate.note(f"{variant}: {h.engine.name} publishes no speculative-decoding acceptance figures")
+            elif not_meaningful:
+                # seen, kept with the speed-up's raw data, never stored as an acceptance figure
+                counters = [vars(a) for a in acceptances]
+                rates = [a.rate for a in acceptances if a.rate is not None]
+                seen = f"acceptance rate {statistics.median(rates):.2f} seen" if rates else "no drafts accepted"
+                gate.note(f"{variant}: {seen}, not recorded: not meaningful: {not_meaningful}")
             else:
                 assert all(a.proposed for a in acceptances), f"{cfg.id}: no drafts were proposed at {variant}"
                 gate.record(metrics.SPEC_ACCEPT_RATE, [a.rate for a in acceptances], variant,
@@ -55,7 +69,8 @@ def test_speculative_decoding(gate):
                 pytest.fail(f"{cfg.id}: reference entry {ref.id!r} was not measured in this session")
             if variant in ref_figures:
                 base = statistics.median(ref_figures[variant])
+                extra = {"acceptance_not_meaningful": not_meaningful, "counters": counters} if counters else {}
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
-                            reference=ref.id)
+                            reference=ref.id, **extra)
     assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
     gate.remember("speculative", figures)
