@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_gate_vllm import engine_processes
+from engine_procs import engine_processes
 
 pytestmark = pytest.mark.engine
 
@@ -81,7 +81,7 @@ def test_killed_engine_boot_timeout_missing_binary_and_busy_port(pytester):
     assert "Traceback" not in out
     assert "slow: vllm server not ready after 4 s (boot_timeout_s); last lines of" in out
     assert "launcher '/nonexistent/llama-server' (a llama-server binary) does not exist" in out
-    assert not engine_processes(), "engine processes left behind"
+    assert not engine_processes(pytester.path), "engine processes left behind"
     assert not [p for p in psutil.process_iter(["cmdline"]) if "/nonexistent/" in " ".join(p.info["cmdline"] or [])]
 
 
@@ -147,7 +147,7 @@ def test_api_key_faults_and_hung_stream(pytester, monkeypatch):
     for f in [*(pytester.path / ".llmgate").rglob("*"), *(pytester.path / "baselines").rglob("*.json")]:
         if f.is_file():
             assert secret not in f.read_text(errors="replace"), f"API key found in {f}"
-    assert not engine_processes()
+    assert not engine_processes(pytester.path)
 
 
 def test_missing_model_path_fails_collection_in_one_line(pytester):
@@ -156,4 +156,4 @@ def test_missing_model_path_fails_collection_in_one_line(pytester):
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert r.ret != 0
     r.stdout.fnmatch_lines(["*llmgate.toml: matrix entry 'lost': key 'model'*/no/such/model*"])
-    assert not engine_processes()
+    assert not engine_processes(pytester.path)

@@ -1,5 +1,5 @@
 """The pytest plugin itself, driven with pytester: options, markers, matrix parametrization,
-baseline storage and the compare verdict (without an engine; see test_gate_vllm.py for the real one)."""
+baseline storage and the compare verdict (without an engine; see test_use_in_a_repository.py for the real one)."""
 
 import json
 

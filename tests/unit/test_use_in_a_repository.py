@@ -1,13 +1,18 @@
 """llmgate as another repository uses it: from a built wheel, in a fresh virtualenv outside this
 repository, in a scratch project that holds only its own ``llmgate.toml`` (vLLM on the CPU
 through an engine adapter that a second scratch package registers by entry point, and a model
-folder given by path) and one scenario of its own written with the public API and a custom
+folder given by a relative path, holding only weights, config and tokenizer, as a team's own
+folder does: the prompt lengths are counted with the tokenizer found in it and the history names
+its content hash) and one scenario of its own written with the public API and a custom
 metric.  In that project: the packaged scenarios and its own run against real vLLM on the CPU
 and save a baseline; a second run compares with it and passes; a deliberately slowed
 configuration (every model step of the engine 40 ms longer, behind the interpreter the adapter
-launches vLLM with: decode about 5× slower, far beyond
-the ±25–40% these 2-core machines swing between boots) fails, naming the metric, the baseline
-and the new value.  Three vLLM boots in all.
+launches vLLM with: decode about 5× slower, far beyond the ±25–40% these 2-core machines swing
+between boots) fails, naming the metric, the baseline and the new value, after a confirmation
+run on a fresh server.  Each run appends a record to the project's run history, and
+``python -m llmgate.history`` prints them with the engine release that served them.  Five vLLM
+boots in all (save, compare, the slowed run and its two confirmation boots), and no engine
+process left after them.
 
 The virtualenv gets llmgate only from the wheel (``pip install --no-deps``); what is heavy and
 already installed here (pytest, pytest-benchmark, vLLM, torch …) it reaches through a ``.pth``
@@ -27,6 +32,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from engine_procs import engine_processes
+from llmgate import history, tinymodel
 
 pytestmark = pytest.mark.engine
 
@@ -65,7 +73,7 @@ MATRIX = """\
 [[matrix]]
 id = "team-cpu"
 engine = "scratch-vllm"
-model = "{model}"
+model = "../models/our-model"   # relative to this file
 dtype = "bfloat16"
 max_model_len = 1024
 kv_cache_bytes = 400_000_000
@@ -73,7 +81,7 @@ max_num_seqs = 8
 # one boot a side on a shared 2-core machine swings ±25–40% at c=1, and the c=4 / Poisson loads
 # swung 2× between two boots here while other engines ran: what counts is far beyond that (the
 # slowed configuration is judged on decode_tok_s and answer_tok_s, at 50%)
-min_effect = {{ decode_tok_s = 0.5, answer_tok_s = 0.5, aggregate_tok_s = 0.75, ttft_c1 = 1.0, ttft_p50 = 1.5, ttft_p95 = 1.5, itl_p95 = 1.5, e2e_p50 = 1.5 }}
+min_effect = { decode_tok_s = 0.5, answer_tok_s = 0.5, aggregate_tok_s = 0.75, ttft_c1 = 1.0, ttft_p50 = 1.5, ttft_p95 = 1.5, itl_p95 = 1.5, e2e_p50 = 1.5 }
 
 [scenarios]
 window_s = 3.0
@@ -91,6 +99,8 @@ ANSWER_TOK_S = llmgate.Metric("answer_tok_s", "short-answer speed (completion to
 def test_short_answers(gate):
     result = gate.sequential(prompt_tokens=48, output_tokens=24, seed="answers")
     assert {s.completion_tokens for s in result.ok} == {24}
+    # the prompt is counted with the tokenizer found in the model folder: the engine sees exactly 48
+    assert {s.prompt_tokens for s in result.ok} == {48}
     gate.record(ANSWER_TOK_S, [s.completion_tokens / s.e2e for s in result.ok])
 '''
 
@@ -137,11 +147,12 @@ def project(tmp_path_factory):
 
     model = tmp / "models" / "our-model"
     sh([py, "-m", "llmgate.tinymodel", model], env=env)
+    (model / tinymodel.MANIFEST).unlink()        # a team's own folder: weights, config and tokenizer only
     proj = tmp / "project"
     proj.mkdir()
-    (proj / "llmgate.toml").write_text(MATRIX.format(model=model))
+    (proj / "llmgate.toml").write_text(MATRIX)
     (proj / "test_short_answers.py").write_text(SCENARIO)
-    return {"py": py, "venv": venv, "proj": proj, "env": env, "model": model}
+    return {"py": py, "venv": venv, "proj": proj, "env": env, "model": model, "heavy": heavy, "tmp": tmp}
 
 
 def gate_run(project, *args, env=None):
@@ -162,7 +173,9 @@ def test_llmgate_comes_from_the_wheel_and_the_engine_from_its_entry_point(projec
     venv = str(project["venv"])
     assert got["llmgate"].startswith(venv) and got["scenarios"].startswith(venv), got
     assert not any(Path(p).resolve() == (REPO / "plugin").resolve() for p in got["path"] if p), got["path"]
-    assert not any(p.startswith(str(REPO)) for p in got["path"]), got["path"]
+    # nothing of this repository on the path but the heavy site-packages the .pth names (in a clean
+    # clone, tox's environment lives in the repository's .tox/)
+    assert not any(p.startswith(str(REPO)) for p in got["path"] if p not in project["heavy"]), got["path"]
     assert got["engine"] == "entry point 'scratch-vllm' = 'scratch_engine:Adapter' of package scratch-engine", got
     assert got["adapter"] == "scratch_engine"
     assert sorted(p.name for p in project["proj"].iterdir()) == ["llmgate.toml", "test_short_answers.py"]
@@ -200,6 +213,26 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     assert not [v for v in second["verdicts"] if v["status"] == "regressed"]
     print(out[-5000:])
 
+    #    each run appended a record to the project's history (boot values and the running engine's
+    #    provenance), and the history command prints both runs with the release that served them
+    hist = proj / ".llmgate" / "history"
+    records = history.load(hist)
+    assert len(records) == 2 and records[0]["run"]["id"] != records[1]["run"]["id"], [r["run"] for r in records]
+    dec = next(s for s in records[1]["series"] if s["key"] == "decode_tok_s")
+    decode_now = next(v for v in second["verdicts"] if v["key"] == "decode_tok_s")["now"]
+    assert len(dec["boots"]) == 1 and sorted(dec["boots"][0]) == sorted(decode_now["values"]), (dec, decode_now)
+    assert all(v > 0 for v in dec["boots"][0])
+    engine = dec["provenance"]["engine"]
+    assert engine["engine"] == "vllm" and engine["version"], engine
+    assert dec["provenance"]["model_hash"] == tinymodel.content_hash(project["model"])   # the folder's own content
+    assert dec["provenance"]["config_fingerprint"]
+    first_dec = next(s for s in records[0]["series"] if s["key"] == "decode_tok_s")
+    assert first_dec["provenance"]["config_fingerprint"] == dec["provenance"]["config_fingerprint"]
+    h = sh([project["py"], "-m", "llmgate.history", hist, "--metric", "decode_tok_s"], cwd=proj, env=project["env"])
+    assert "team-cpu test_decode_c1 decode_tok_s (tok/s, higher is better): 2 run(s)" in h.stdout, h.stdout
+    assert all(rec["run"]["id"] in h.stdout for rec in records) and f"vllm {engine['version']}" in h.stdout
+    assert "too few runs to tell" in h.stdout
+
     # 3. a slower engine build (40 ms more per model step, inside vLLM's own process), behind the
     #    interpreter the adapter launches vLLM with, as a slower nightly would be; compared: fails
     slow = project["proj"].parent / "slow-python"
@@ -207,8 +240,7 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
                     f'exec "{project["py"]}" "$@"\n')
     slow.chmod(0o755)
     slow_env = {**project["env"], "LLMGATE_VLLM_PYTHON": str(slow)}
-    r = gate_run(project, "--benchmark-compare", "--llmgate-no-confirm", "-k", "decode_c1 or short_answers",
-                 env=slow_env)
+    r = gate_run(project, "--benchmark-compare", "-k", "decode_c1 or short_answers", env=slow_env)
     out = r.stdout + r.stderr
     print(out[-6000:])
     assert r.returncode == 1, out[-6000:]
@@ -216,6 +248,9 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     assert re.search(r"FAILED \S*test_decode\.py::test_decode_c1\[team-cpu\]", out), out[-4000:]
     engine_log = "\n".join(p.read_text(errors="replace") for p in (proj / ".llmgate" / "logs").glob("team-cpu.*.log"))
     assert "llmgate slowdown" in engine_log                      # the engine itself was slowed
+    # each slowed test was measured again on a fresh server before it failed
+    assert out.count("first measurement and the confirmation run on a fresh server (boot ") == 2, out[-6000:]
+    assert "team-cpu ready in" in out and len(list((proj / ".llmgate" / "logs").glob("team-cpu.*.log"))) >= 3
     base = {v["key"]: v for v in second["verdicts"]}
     for key, label in (("decode_tok_s", "decode tok/s (c=1)"),
                        ("answer_tok_s", "short-answer speed (completion tokens / E2E)")):
@@ -229,3 +264,4 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
         saved_median = next(v for v in first["verdicts"] if v["key"] == key)["now"]["median"]
         assert abs(was - round(saved_median, 1)) < 0.06, (was, saved_median)
         assert base[key]["now"]["median"] > 2 * now
+    assert not engine_processes(project["tmp"])

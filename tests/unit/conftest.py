@@ -1,0 +1,13 @@
+"""The self-tests may run under pytest-xdist (tox -e selftest runs the engine-free ones with -n 2).
+A pytest that a test starts (pytester, a subprocess) must not inherit the worker's identity:
+pytest-benchmark and llmgate would take it for an xdist worker of their own."""
+
+import pytest
+
+XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker_for_nested_pytest(monkeypatch):
+    for name in XDIST_ENV:
+        monkeypatch.delenv(name, raising=False)
