@@ -80,8 +80,8 @@ def standard_workload(repeats: int, warmup: int, timeout: float, concurrency: in
                     raise RuntimeError(f"{h.config.id}: {len(res.failures)} request(s) failed: {res.failures[0].error}")
                 wave = stats.load_metrics(res)
                 out = outs[i]
-                out["decode_tok_s"] += [s.decode_tok_s for s in dec.ok]
-                out["ttft_c1"] += [s.ttft for s in dec.ok]
+                out["decode_tok_s"] += [s.decode_tok_s for s in dec.ok if s.decode_tok_s is not None]
+                out["ttft_c1"] += [s.ttft for s in dec.ok if s.ttft is not None]
                 out[conc_keys[0]].append(wave["aggregate_tok_s"])
                 out[conc_keys[1]].append(wave["ttft_p95"])
         return outs

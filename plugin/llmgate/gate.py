@@ -9,6 +9,7 @@ This is llmgate's public API for scenarios (docs/api.md); the packaged scenarios
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -16,7 +17,8 @@ import pytest
 from . import baseline as baseline_store
 from . import device, load, metrics, signals, stats
 from .load import PromptMaker, Request
-from .matrix import Scenarios, ServerConfig
+from . import matrix as matrix_mod
+from .matrix import Matrix, Scenarios, ServerConfig
 from .samples import LoadResult, SteadyResult
 from .server import ServerDied, ServerHandle
 from .settings import Settings
@@ -75,6 +77,11 @@ class Gate:
         """The matrix's ``[scenarios]`` table (workload sizes, steady-state windows)."""
         return self.session.matrix.scenarios
 
+    @property
+    def matrix(self) -> Matrix:
+        """The loaded matrix: every entry (``entries``, ``by_id(id)``), ``models`` and ``scenarios``."""
+        return self.session.matrix
+
     def steady(self, prompt_tokens: int, output_tokens: int, concurrency: int = 1, *, rate: float | None = None,
                seed: str | None = None, label: str | None = None, output_spread: float | None = None,
                **fields: Any) -> SteadyResult:
@@ -102,11 +109,15 @@ class Gate:
         return result
 
     def sequential(self, prompt_tokens: int, output_tokens: int, requests: int | None = None, *,
-                   seed: str | None = None) -> LoadResult:
+                   seed: str | None = None, server: ServerHandle | None = None,
+                   prompts: PromptMaker | None = None) -> LoadResult:
         """``settings.warmup`` discarded requests, then ``requests`` (default ``settings.repeats``)
-        one at a time, each with a fresh prompt; accounted for like ``steady``."""
+        one at a time, each with a fresh prompt; accounted for like ``steady``.  ``server`` (with
+        its ``prompts``) measures a server the scenario booted itself instead of the entry's."""
         st = self.settings
-        result = load.decode_run(self.server, self.prompts, prompt_tokens, output_tokens,
+        if server is not None and prompts is None:
+            raise ValueError("sequential(server=…) needs that server's prompts (the prompts= it was given)")
+        result = load.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
                                  st.repeats if requests is None else requests, st.warmup, st.request_timeout,
                                  seed or self._seed("sequential"))
         self.requests(result)
@@ -171,6 +182,37 @@ class Gate:
     def client_workers(concurrency: int) -> int:
         """How many client processes a load at ``concurrency`` is dealt to."""
         return load.client_workers(concurrency)
+
+    # -- scenarios that boot servers of their own (A/B mode, the max_model_len probe) -------------
+    # They take the ``llmgate_exclusive`` fixture: they run after every other test, with the
+    # session's servers stopped.
+    def log_dir(self, name: str) -> Path:
+        """The folder for the logs of servers the scenario boots itself (``.llmgate/logs/<name>``)."""
+        return self.session.out_dir / "logs" / name
+
+    def boot_progress(self, cid: str, elapsed: float, last_line: str) -> None:
+        """What a booting server reports (``Server(progress=…)``): the live ``booting …`` line."""
+        self.session.progress(cid, elapsed, last_line)
+
+    def say(self, line: str) -> None:
+        """A line on the terminal now (not only in the summary)."""
+        self.session.say(line)
+
+    def add_boots(self, label: str, rows: list[dict[str, Any]]) -> None:
+        """Rows for the session's boots table, under ``label`` (``boot``, ``engine``, ``version``,
+        ``startup_s``, ``log``)."""
+        self.session.boots.setdefault(label, []).extend(rows)
+
+    def min_effect(self, metric: metrics.Metric, key: str) -> float:
+        """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this
+        test: ``--llmgate-min-effect``, then the test's ``@pytest.mark.llmgate(min_effect=…)``, then
+        the entry's ``min_effect``, then the metric's own."""
+        return self.session.min_effect(metric, key, self.config_entry, self.item)
+
+    def acceptance_meaningful(self) -> str | None:
+        """None when this entry's speculative acceptance is a figure to record and compare (a
+        context draft such as n-gram, or a trained draft on trained weights); else why not."""
+        return matrix_mod.spec_acceptance_meaningful(self.entry, self.matrix.models)
 
     def _http(self):
         if getattr(self, "_client", None) is None:

@@ -86,7 +86,7 @@ def probe_max_model_len(cfg: ServerConfig, matrix: Matrix, log_dir: Path, *, sta
     prompts = PromptMaker(tokenizer)
     result = ProbeResult(cfg.id, cfg.kv_cache_dtype, None, 0, False, [])
     good, bad = 0, None                       # largest verified, smallest failed
-    candidate = start
+    candidate: int | None = start             # None: nothing left to try
 
     while candidate and result.boots < max_boots:
         trial = dataclasses.replace(cfg, max_model_len=candidate)

@@ -1,8 +1,13 @@
-"""The self-tests may run under pytest-xdist (tox -e selftest runs the engine-free ones with -n 2).
-A pytest that a test starts (pytester, a subprocess) must not inherit the worker's identity:
-pytest-benchmark and llmgate would take it for an xdist worker of their own."""
+"""The self-tests may run under pytest-xdist: tox -e selftest runs the engine-free ones with -n 2,
+then those marked ``engine`` (a real engine) or ``timing`` (they time the client against a stub
+server) one at a time.  A pytest that a test starts (pytester, a subprocess) must not inherit the
+worker's identity: pytest-benchmark and llmgate would take it for an xdist worker of their own."""
 
 import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: times something against a stub server; runs alone, without xdist")
 
 XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 

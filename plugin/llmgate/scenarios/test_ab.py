@@ -17,13 +17,12 @@ from llmgate import ab
 # --llmgate-min-effect, which takes precedence).
 @pytest.mark.llmgate(min_effect={"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s": 0.10, "ttft_p95": 0.25})
 @pytest.mark.ab
-def test_ab(llmgate_config, llmgate_exclusive, llmgate_settings, gate):
-    session, st = llmgate_exclusive, llmgate_settings
+def test_ab(llmgate_config, llmgate_exclusive, gate):
+    st = gate.settings
     (a_name, a_launcher), (b_name, b_launcher) = st.ab
     workload = ab.standard_workload(st.repeats, st.warmup, st.request_timeout, st.concurrency)
-    result = ab.run_ab(llmgate_config, session.matrix, session.out_dir / "logs" / f"ab-{llmgate_config.id}",
+    result = ab.run_ab(gate.entry, gate.matrix, gate.log_dir(f"ab-{gate.entry.id}"),
                        (ab.Side(a_name, a_launcher), ab.Side(b_name, b_launcher)), st.ab_rounds, workload,
-                       progress=session.progress, say=lambda line: session.say(line))
-    verdicts = ab.judge_ab(result, a_name, b_name, st.alpha,
-                           lambda metric, key: session.min_effect(metric, key, llmgate_config, gate.item))
+                       progress=gate.boot_progress, say=gate.say)
+    verdicts = ab.judge_ab(result, a_name, b_name, st.alpha, gate.min_effect)
     gate.attach(verdicts)

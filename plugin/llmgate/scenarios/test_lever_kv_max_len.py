@@ -5,34 +5,32 @@ GPU: gpu_memory_utilization), found from the engine's own estimate after a faile
 verified server, so a quantized KV cache's slowdown is seen too (seed: fp8 KV 64k → 96k,
 decode slowdown under 0.4%).
 
-This test boots its own servers, so it runs after all the others (llmgate_exclusive).
+This test boots its own servers, so it runs after all the others, with the session's servers
+stopped (the ``llmgate_exclusive`` fixture).
 """
 
 import pytest
 
-from llmgate import load, metrics, probe, stats
+from llmgate import metrics, probe, stats
 
 
 @pytest.mark.lever("kv_max_len")
-def test_max_model_len(llmgate_config, llmgate_exclusive, llmgate_settings, gate):
-    cfg = gate.require_lever("kv_max_len")
-    session, st = llmgate_exclusive, llmgate_settings
-    sc = session.matrix.scenarios
+def test_max_model_len(llmgate_config, llmgate_exclusive, gate):
+    cfg, st, sc = gate.require_lever("kv_max_len"), gate.settings, gate.scenarios
 
     def measure(handle, prompts):
-        res = load.decode_run(handle, prompts, sc.decode_prompt_tokens, sc.decode_output_tokens, st.repeats,
-                              st.warmup, st.request_timeout, "kv-decode")
-        gate.requests(res)
+        res = gate.sequential(sc.decode_prompt_tokens, sc.decode_output_tokens, seed="kv-decode",
+                              server=handle, prompts=prompts)
         return {"decode_tok_s": [s.decode_tok_s for s in res.ok]}
 
-    result = probe.probe_max_model_len(cfg, session.matrix, session.out_dir / "logs" / f"probe-{cfg.id}",
+    result = probe.probe_max_model_len(cfg, gate.matrix, gate.log_dir(f"probe-{cfg.id}"),
                                        start=sc.probe_start, output_tokens=sc.probe_verify_output_tokens,
                                        timeout=min(st.request_timeout, sc.probe_verify_timeout_s),
-                                       progress=session.progress, on_verified=measure)
-    session.boots.setdefault(f"{cfg.id} (probe)", []).extend(
+                                       progress=gate.boot_progress, on_verified=measure)
+    gate.add_boots(f"{cfg.id} (probe)", [
         {"boot": i + 1, "engine": cfg.engine, "startup_s": a.startup_s, "version": result.engine_version,
          "log": f"max_model_len={a.max_model_len}: {'served' if a.served else 'failed'}"}
-        for i, a in enumerate(result.attempts))
+        for i, a in enumerate(result.attempts)])
     attempts = "; ".join(f"{a.max_model_len}: {'boot ok' if a.booted else 'boot failed'}"
                          f"{', served' if a.served else ''} ({a.reason[:120]})" for a in result.attempts)
     assert result.verified_max_model_len, f"{cfg.id}: no max_model_len both booted and served ({attempts})"

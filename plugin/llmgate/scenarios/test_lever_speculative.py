@@ -7,7 +7,7 @@ tok/s divided by the reference entry's (same model without speculation, same ses
 The reference entry runs the same workload and records its decode speed.
 
 Acceptance is recorded (and compared with baselines and the seed) only where it means something
-(``llmgate.matrix.spec_acceptance_meaningful``): drafts from the context (n-gram prompt lookup)
+(``gate.acceptance_meaningful()``): drafts from the context (n-gram prompt lookup)
 always; drafts from trained weights (a draft model, EAGLE, MTP) only when neither side has random
 weights.  Otherwise the counters are kept in the speed-up's raw data and named in a note as not
 meaningful: what such a method costs is still measured and gated.
@@ -18,7 +18,7 @@ import statistics
 import pytest
 
 import llmgate
-from llmgate import matrix, metrics
+from llmgate import metrics
 
 
 @llmgate.scenario("speculative")
@@ -29,7 +29,7 @@ def test_speculative_decoding(gate):
     if cfg.speculative and ref is None:
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
     figures: dict[str, list[float]] = {}
-    not_meaningful = matrix.spec_acceptance_meaningful(cfg, gate.session.matrix.models) if cfg.speculative else None
+    not_meaningful = gate.acceptance_meaningful() if cfg.speculative else None
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
