@@ -23,7 +23,7 @@ from .samples import LoadResult, SteadyResult
 from .server import ServerDied, ServerHandle
 from .settings import Settings
 from .stats import Noise, median
-from .verdict import REFUSED, REGRESSED, UNCHANGED, Verdict, judge, judge_boots
+from .verdict import REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
 
 if TYPE_CHECKING:
     from .session import GateSession
@@ -151,6 +151,46 @@ class Gate:
         ``itl_p95``, ``tpot_median``, ``e2e_p50``, ``aggregate_tok_s`` …)."""
         return stats.values_of(stats.repeat_metrics(result, self.settings.repeats), figure)
 
+    def engine_parts(self, result: SteadyResult) -> dict[str, list[float]]:
+        """Per repeat of a steady window (the window cut into ``settings.repeats`` parts, as
+        ``repeat_values`` cuts it): the engine's own per-request timers as window means (seconds;
+        ``signals.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
+        ``frontend``: the client's mean TTFT minus the engine's over the requests whose first token
+        came in the same interval.  {} for an engine without those timers."""
+        poller = result.engine_readings
+        if poller is None or not poller.texts:
+            return {}
+        a, b = result.window
+        n = self.settings.repeats
+        edges = [a + (b - a) * i / n for i in range(n + 1)]
+        engine = self.server.engine
+        out: dict[str, list[float]] = {}
+        for d in poller.deltas(edges):
+            if d is None:
+                continue
+            t0, t1, delta = d
+            timers = engine.engine_timers(delta)
+            for part, v in timers.items():
+                out.setdefault(part, []).append(v)
+            firsts = [s.ttft for s in result.ok if s.ttft is not None and t0 <= s.start + s.ttft < t1]
+            if "ttft" in timers and firsts:
+                out.setdefault("frontend", []).append(sum(firsts) / len(firsts) - timers["ttft"])
+        return out
+
+    def record_engine_parts(self, result: SteadyResult, variant: str | None = None) -> dict[str, Verdict]:
+        """Record the engine's own timers and the front end's share of TTFT (``engine_parts``) as
+        metrics of this test (``engine_ttft``, ``engine_queue``, ``engine_prefill``, ``engine_tpot``,
+        ``engine_e2e``, ``frontend_ttft``); their verdicts by part, to pass as a TTFT's ``parts``."""
+        out = {}
+        for part, values in self.engine_parts(result).items():
+            metric = metrics.ENGINE_PART_METRICS.get(part)
+            if metric is None or not values:
+                continue
+            v = self.record(metric, values, variant)
+            if v is not None:
+                out[part] = v
+        return out
+
     def whole(self, result: SteadyResult) -> dict[str, float]:
         """The figures of a whole steady-state window (not cut into repeats)."""
         return stats.window_metrics(result)
@@ -213,6 +253,11 @@ class Gate:
         """None when this entry's speculative acceptance is a figure to record and compare (a
         context draft such as n-gram, or a trained draft on trained weights); else why not."""
         return matrix_mod.spec_acceptance_meaningful(self.entry, self.matrix.models)
+
+    def acceptance_caveat(self) -> str | None:
+        """What this entry's (meaningful) speculative acceptance still does not say, e.g. that n-gram
+        acceptance on random weights is an upper bound; None when nothing."""
+        return matrix_mod.spec_acceptance_caveat(self.entry, self.matrix.models)
 
     def _http(self):
         if getattr(self, "_client", None) is None:
@@ -307,8 +352,10 @@ class Gate:
         return int(k), self.session.boots_for(cfg)
 
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
-               raw: dict[str, Any] | None = None, **info: Any) -> Verdict | None:
+               raw: dict[str, Any] | None = None, *, parts: dict[str, Verdict] | None = None,
+               **info: Any) -> Verdict | None:
         """Record ``values``: this boot's repeat-level measurements in the metric's natural unit.
+        ``parts`` (a TTFT's: ``record_engine_parts``' verdicts) adds where the time went to the verdict.
 
         In a test marked ``boots`` whose entry spans K boots, boots 1 … K−1 only keep their values
         (None is returned); on boot K all K go into the baseline store as one entry and are judged
@@ -370,6 +417,9 @@ class Gate:
         noise = Noise.of(boots).pooled(prior)
         self.stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
         regime = self.session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
+        where = attribution(verdict, parts) if parts else None
+        if where:
+            notes.append(where)
         verdict = dataclasses.replace(verdict, test=test, note="; ".join(notes), regime=regime)
         base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw"))
                     if base is not None else None)

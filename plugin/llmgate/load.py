@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import os
@@ -19,6 +20,7 @@ import httpx
 from .client import stream_request
 from .samples import LoadResult, Sample, SteadyResult
 from .server import ServerHandle
+from .signals import Poller
 
 DEFAULT_REQUEST_TIMEOUT_S = 300.0
 
@@ -221,10 +223,11 @@ class Steady:
     warm_segment_s: float = 1.5
     warm_max_s: float = 15.0
     warm_tol: float = 0.02
+    poll_s: float = 0.25            # the engine's /metrics is read this often through the run (0: never)
 
     def __post_init__(self):
         if self.min_s <= 0 or self.min_requests < 1 or self.max_s < self.min_s or self.warm_segment_s <= 0 \
-                or self.warm_max_s < 0 or self.warm_tol < 0:
+                or self.warm_max_s < 0 or self.warm_tol < 0 or self.poll_s < 0:
             raise ValueError(f"steady-state settings out of range: {self}")
 
 
@@ -444,6 +447,22 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
     workers = min(workers or client_workers(concurrency), concurrency)
     headers = handle.auth_headers()
     mode = "closed" if rate is None else "poisson"
+    poller = None
+    if settings.poll_s > 0 and handle.engine.metrics_path is not None:
+        poller = Poller(httpx.Client(timeout=10.0), handle.base_url + handle.engine.metrics_path, headers,
+                        settings.poll_s)
+    with poller if poller is not None else contextlib.nullcontext():
+        res = _steady_run(handle, spec_, concurrency, settings, timeout, rate, label, workers, headers, mode)
+    res.engine_readings = poller
+    if poller is not None:
+        poller.http.close()
+    if res.failures:
+        handle.check_alive()
+    return res
+
+
+def _steady_run(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings: Steady, timeout: float,
+                rate: float | None, label: str, workers: int, headers: dict[str, str], mode: str) -> SteadyResult:
     # Closed-loop streams of one output length that all start together stay in lockstep: every
     # request of a wave ends in the same step and the next wave's prefills land in one step.
     # Seen on the H200 (8B shape, c=8): TTFT p50 32–64 ms from one window part to the next as
@@ -494,9 +513,6 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
         ctl.notes.append("no steady-state window was reached")
         ctl.window_start = ctl.window_start or t0
         ctl.window_end = ctl.window_end or (t0 + wall)
-    res = SteadyResult(samples, wall, concurrency, label, mode=mode, rate=rate,
-                       window=(ctl.window_start, ctl.window_end), warmup={**ctl.warmup_info(), "stagger_s": round(stagger, 4)},
-                       notes=ctl.notes)
-    if res.failures:
-        handle.check_alive()
-    return res
+    return SteadyResult(samples, wall, concurrency, label, mode=mode, rate=rate,
+                        window=(ctl.window_start, ctl.window_end),
+                        warmup={**ctl.warmup_info(), "stagger_s": round(stagger, 4)}, notes=ctl.notes)

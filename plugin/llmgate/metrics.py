@@ -81,6 +81,20 @@ E2E_P50 = M("e2e_p50", "E2E latency p50", "s", "lower", 0.10)
 STARTUP_S = M("startup_s", "start-up time", "s", "lower", 0.25)
 PEAK_RSS = M("peak_rss", "peak memory (RSS)", "bytes", "lower", 0.10)
 
+# the engine's own per-request timers (window means from its /metrics histograms) and what the client
+# sees beyond them: where a request's time went.  Queue and front end can sit near zero (an idle
+# queue, a fast API server), so a change must also exceed 1 ms there.
+ENGINE_TTFT = M("engine_ttft", "engine's own TTFT (mean)", "s", "lower", 0.10)
+ENGINE_QUEUE = M("engine_queue", "engine queue time (mean)", "s", "lower", 0.10, min_abs_effect=0.001)
+ENGINE_PREFILL = M("engine_prefill", "engine prefill time (mean)", "s", "lower", 0.10)
+ENGINE_TPOT = M("engine_tpot", "engine time per output token (mean)", "s", "lower", 0.05)
+ENGINE_E2E = M("engine_e2e", "engine E2E latency (mean)", "s", "lower", 0.10)
+FRONTEND_TTFT = M("frontend_ttft", "TTFT beyond the engine's own (client − engine, mean)", "s", "lower", 0.10,
+                  min_abs_effect=0.001)
+# part of signals.ENGINE_PARTS (and the front end) → its metric
+ENGINE_PART_METRICS = {"ttft": ENGINE_TTFT, "queue": ENGINE_QUEUE, "prefill": ENGINE_PREFILL, "tpot": ENGINE_TPOT,
+                       "e2e": ENGINE_E2E, "frontend": FRONTEND_TTFT}
+
 # lever scenarios
 SPEEDUP = M("speedup_vs_reference", "decode speed ÷ reference entry's (same session)", "ratio", "higher", 0.05)
 SPEC_ACCEPT_RATE = M("spec_acceptance_rate", "spec. acceptance rate (accepted/draft)", "ratio", "higher", 0.05)
@@ -126,7 +140,7 @@ def register(metric: Metric) -> Metric:
 
 
 for _m in (DECODE_TOK_S, TTFT_C1, AGGREGATE_TOK_S, TTFT_P50, TTFT_P95, TTFT_P99, ITL_P95, TPOT, E2E_P50,
-           STARTUP_S, PEAK_RSS, SPEEDUP, SPEC_ACCEPT_RATE, SPEC_ACCEPT_LEN, SPEC_POS_RATE, MAX_MODEL_LEN, KV_TOKENS,
+           STARTUP_S, PEAK_RSS, *ENGINE_PART_METRICS.values(), SPEEDUP, SPEC_ACCEPT_RATE, SPEC_ACCEPT_LEN, SPEC_POS_RATE, MAX_MODEL_LEN, KV_TOKENS,
            LEN_RATIO, PREFIX_REDUCTION, PREFIX_HITS, PREFILL_TOK_S, CLIENT_OVERHEAD, CLIENT_CPU, PASS_RATE, VALID_RATE,
            AGREEMENT, DIVERGENCE, GREEDY, FAILED_SHARE):
     register(_m)

@@ -175,6 +175,8 @@ class SteadyResult(LoadResult):
     warmup: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     observed: dict[str, Any] = dataclasses.field(default_factory=dict)   # GPU clocks, engine CPU… during the run
+    # the engine's /metrics read through the run (a ``signals.Poller``), None when it has none
+    engine_readings: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def window_s(self) -> float:

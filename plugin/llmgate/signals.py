@@ -73,12 +73,22 @@ class Delta:
         a, b = self.after.by_label(name, label), self.before.by_label(name, label)
         return {k: v - b.get(k, 0.0) for k, v in a.items()}
 
-    def histogram_mean(self, name: str) -> float | None:
-        """Mean of the observations added to histogram ``name`` between the scrapes."""
-        s, c = self.counter(name + "_sum"), self.counter(name + "_count")
-        if s is None or not c:
+    def histogram_mean(self, name: str, **match: str) -> float | None:
+        """Mean of the observations added to histogram ``name`` (over the label sets that contain
+        ``match``) between the scrapes; None when it is absent or saw nothing."""
+        s, c = self.counter(name + "_sum", **match), self.counter(name + "_count", **match)
+        if s is None or not c or c < 0:
             return None
         return s / c
+
+    def histogram_means(self, names: Mapping[str, tuple[str, dict[str, str]]]) -> dict[str, float]:
+        """``{part: mean}`` for ``{part: (histogram name, label match)}``, the parts that saw observations."""
+        out = {}
+        for part, (name, match) in names.items():
+            m = self.histogram_mean(name, **match)
+            if m is not None:
+                out[part] = m
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,3 +127,84 @@ class SpecAcceptance:
     def position_rates(self) -> tuple[float, ...]:
         """Share of drafts whose token at each position was accepted."""
         return tuple(a / self.drafts for a in self.per_position) if self.drafts else ()
+
+
+# -- the engine's own timers over a run: /metrics read every few tenths of a second ------------
+ENGINE_PARTS = ("ttft", "queue", "prefill", "decode", "tpot", "itl", "e2e")
+"""The per-request timers an engine may keep (window means, seconds): time to first token as the
+engine counts it, time waiting to be scheduled, prefill (scheduled → first token), decode
+(first → last token), time per output token, inter-token latency, end to end."""
+
+
+class Poller:
+    """Reads an engine's /metrics every ``interval`` seconds on a thread while a run is in flight,
+    keeping ``(time.perf_counter(), text)``; parsing waits until the run is over, so that the
+    thread takes as little as it can from a client measuring in the same process.
+
+    ``deltas(edges)`` then gives the change between the readings nearest each pair of
+    consecutive times in ``edges`` (a window's repeat boundaries), with the times actually used."""
+
+    def __init__(self, http: httpx.Client, url: str | None, headers: dict[str, str] | None = None,
+                 interval: float = 0.25):
+        import threading
+
+        self.http, self.url, self.headers, self.interval = http, url, headers, interval
+        self.texts: list[tuple[float, str]] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="llmgate-metrics-poller", daemon=True)
+        self._parsed: dict[int, Scrape] = {}
+
+    def _read(self) -> None:
+        import time
+
+        try:
+            r = self.http.get(self.url, headers=self.headers)
+            if r.status_code == 200:
+                self.texts.append((time.perf_counter(), r.text))
+                return
+        except httpx.HTTPError:
+            pass
+        self.errors += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._read()
+
+    def __enter__(self) -> Poller:
+        if self.url is not None:
+            self._read()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.url is not None:
+            self._stop.set()
+            self._thread.join(timeout=5 * self.interval + 10)
+            self._read()
+
+    @property
+    def times(self) -> list[float]:
+        return [t for t, _ in self.texts]
+
+    def reading(self, i: int) -> Scrape:
+        if i not in self._parsed:
+            self._parsed[i] = Scrape.parse(self.texts[i][1])
+        return self._parsed[i]
+
+    def nearest(self, t: float) -> int | None:
+        if not self.texts:
+            return None
+        return min(range(len(self.texts)), key=lambda i: abs(self.texts[i][0] - t))
+
+    def deltas(self, edges: list[float]) -> list[tuple[float, float, Delta] | None]:
+        """One (t0, t1, delta) per consecutive pair of ``edges``: the readings nearest to them (None
+        where both edges fall on one reading: the interval is shorter than the polling)."""
+        out: list[tuple[float, float, Delta] | None] = []
+        for a, b in zip(edges, edges[1:]):
+            i, j = self.nearest(a), self.nearest(b)
+            if i is None or j is None or j <= i:
+                out.append(None)
+                continue
+            out.append((self.texts[i][0], self.texts[j][0], Delta(self.reading(i), self.reading(j))))
+        return out

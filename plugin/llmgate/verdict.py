@@ -354,3 +354,41 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%} (df {noise.df}, {src})")
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
                    ci=ci, mde=mde, mde_basis=f"boots ({len(lb)} vs {len(ln)})", boots_needed=need, **common)
+
+
+# -- where a latency's time went ---------------------------------------------------------------
+PART_NAMES = {"frontend": "front end", "queue": "queue", "prefill": "prefill", "ttft": "engine TTFT"}
+
+
+def attribution(client: Verdict, parts: dict[str, Verdict]) -> str | None:
+    """Which part of a client TTFT moved: the change of each part's boot-level median (the engine's
+    own queue and prefill timers, what the engine's TTFT holds beyond them, and the front end:
+    client − engine TTFT), in ms and relative, with the part's own verdict where it is not
+    "unchanged".  None without a compared baseline for the parts."""
+    have = {k: v for k, v in parts.items() if v.baseline is not None and v.change is not None}
+    if client.baseline is None or not have:
+        return None
+
+    def delta_ms(v: Verdict) -> float:
+        return (v.now.median - v.baseline.median) * 1000.0        # type: ignore[union-attr]
+
+    items: list[tuple[str, float, Verdict | None]] = []
+    for k in ("frontend", "queue", "prefill"):
+        if k in have:
+            items.append((PART_NAMES[k], delta_ms(have[k]), have[k]))
+    if "ttft" in have and ("queue" in have or "prefill" in have):
+        other = delta_ms(have["ttft"]) - sum(delta_ms(have[k]) for k in ("queue", "prefill") if k in have)
+        items.append(("engine other", other, None))
+    elif "ttft" in have:
+        items.append((PART_NAMES["ttft"], delta_ms(have["ttft"]), have["ttft"]))
+    if not items:
+        return None
+    text = []
+    for name, ms, v in items:
+        rel = (f" ({v.change:+.0%})" if v is not None and v.change is not None and v.baseline is not None
+               and abs(v.baseline.median) > 1e-4 else "")
+        status = f" {v.status}" if v is not None and v.status not in (UNCHANGED, NO_BASELINE) else ""
+        text.append(f"{name} {ms:+.1f} ms{rel}{status}")
+    moved = max(items, key=lambda x: abs(x[1]))
+    total = (client.now.median - client.baseline.median) * 1000.0
+    return f"where (engine timers, window means): {', '.join(text)}; client {total:+.1f} ms; most of it: {moved[0]}"

@@ -120,6 +120,11 @@ class Engine(Protocol):
     def server_ttft(self, delta: Delta) -> float | None:
         """Mean time to first token as the engine measured it between two scrapes; None if not exposed."""
 
+    def engine_timers(self, delta: Delta) -> dict[str, float]:
+        """The engine's own per-request timers between two scrapes, as window means in seconds, by
+        part (``signals.ENGINE_PARTS``: ttft, queue, prefill, decode, tpot, itl, e2e): only the parts
+        the engine keeps and that saw requests in the interval."""
+
     def kv_capacity(self, scrape: Scrape) -> int | None:
         """The most tokens one request can hold in the KV cache, from a /metrics reading; None if not exposed."""
 
@@ -217,6 +222,9 @@ class BaseAdapter:
 
     def server_ttft(self, delta: Delta) -> float | None:
         return None
+
+    def engine_timers(self, delta: Delta) -> dict[str, float]:
+        return {}
 
     def kv_capacity(self, scrape: Scrape) -> int | None:
         return None

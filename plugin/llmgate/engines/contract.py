@@ -150,6 +150,7 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
          lambda v: None if v is None or isinstance(v, SpecAcceptance) else "not None or a SpecAcceptance"),
         ("prefix_cache_hits(an empty delta)", lambda: a.prefix_cache_hits(_empty_delta()), _none_or_number),
         ("server_ttft(an empty delta)", lambda: a.server_ttft(_empty_delta()), _none_or_number),
+        ("engine_timers(an empty delta)", lambda: a.engine_timers(_empty_delta()), _timers),
         ("kv_capacity(an empty scrape)", lambda: a.kv_capacity(Scrape.parse("")),
          lambda v: None if v is None or (isinstance(v, int) and not isinstance(v, bool)) else "not None or an int"),
         (f"ready(nothing listening on {HOST}:{port})", lambda: _ready(a, port), lambda v: None if v is False else "not False"),
@@ -157,6 +158,19 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
     calls += [(f"structured_fields({s['type']!r} spec)", lambda s=s: a.structured_fields(s),
                lambda v: None if v is None else _json_dict(v)) for s in STRUCTURED_SPECS]
     return calls
+
+
+def _timers(v: Any) -> str | None:
+    from ..signals import ENGINE_PARTS
+
+    if not isinstance(v, dict):
+        return "not a dict"
+    bad = [k for k in v if k not in ENGINE_PARTS]
+    if bad:
+        return f"unknown parts {bad} (known: {', '.join(ENGINE_PARTS)})"
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v.values()):
+        return "values that are not numbers"
+    return None
 
 
 def _command_problem(cmd: Any, model: Path, port: int) -> str | None:

@@ -37,6 +37,19 @@ SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "nextn"
                    "draft_model": "STANDALONE", "standalone": "STANDALONE"}
 
 
+# The engine's per-request timers (sglang/srt/observability: metrics_collector.py, req_time_stats.py,
+# 0.5.17): TTFT and E2E of streamed requests from the tokenizer manager; queue = waiting queue entry
+# → first forward; prefill = the per-stage latency of stage "prefill_forward" (first forward entry →
+# prefill finished); inter-token latency.
+TIMERS = {
+    "ttft": ("sglang:time_to_first_token_seconds", {"is_streaming": "true"}),
+    "queue": ("sglang:queue_time_seconds", {}),
+    "prefill": ("sglang:per_stage_req_latency_seconds", {"stage": "prefill_forward"}),
+    "itl": ("sglang:inter_token_latency_seconds", {}),
+    "e2e": ("sglang:e2e_request_latency_seconds", {"is_streaming": "true"}),
+}
+
+
 class Adapter(PythonModuleAdapter):
     name: ClassVar[str] = "sglang"
     package: ClassVar[str] = "sglang"
@@ -138,3 +151,6 @@ class Adapter(PythonModuleAdapter):
 
     def server_ttft(self, delta: Delta) -> float | None:
         return delta.histogram_mean("sglang:time_to_first_token_seconds")
+
+    def engine_timers(self, delta: Delta) -> dict[str, float]:
+        return delta.histogram_means(TIMERS)

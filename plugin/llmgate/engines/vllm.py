@@ -38,6 +38,21 @@ INSTALL_HINT = (
 )
 
 
+# The engine's per-request timers (vllm/v1/metrics/loggers.py and stats.py, 0.26–0.32): TTFT from
+# the request's arrival in the API server to its first token there; queue = scheduled − queued and
+# prefill = first token − scheduled, both stamped in the engine core; decode = last − first token;
+# all but TTFT and ITL are observed when the request finishes.
+TIMERS = {
+    "ttft": ("vllm:time_to_first_token_seconds", {}),
+    "queue": ("vllm:request_queue_time_seconds", {}),
+    "prefill": ("vllm:request_prefill_time_seconds", {}),
+    "decode": ("vllm:request_decode_time_seconds", {}),
+    "tpot": ("vllm:request_time_per_output_token_seconds", {}),
+    "itl": ("vllm:inter_token_latency_seconds", {}),
+    "e2e": ("vllm:e2e_request_latency_seconds", {}),
+}
+
+
 class Adapter(PythonModuleAdapter):
     name: ClassVar[str] = "vllm"
     api_key_env: ClassVar[str | None] = "VLLM_API_KEY"
@@ -153,6 +168,9 @@ class Adapter(PythonModuleAdapter):
 
     def server_ttft(self, delta: Delta) -> float | None:
         return delta.histogram_mean("vllm:time_to_first_token_seconds")
+
+    def engine_timers(self, delta: Delta) -> dict[str, float]:
+        return delta.histogram_means(TIMERS)
 
     def kv_capacity(self, scrape: Scrape) -> int | None:
         """(blocks − 1) × block size, from the labels of ``vllm:cache_config_info``: vLLM keeps its

@@ -5,7 +5,8 @@ stops rising, then a window of at least `[scenarios] window_s` and `window_reque
 Aggregate tok/s counts the tokens emitted inside the window; latency percentiles take the
 requests that lived inside it.  And the same load as users make it: Poisson arrivals at
 `[scenarios] arrival_rate` requests/s (like `vllm bench serve --request-rate`), where TTFT is
-what a user waits.  Both measured on each of the entry's boots."""
+what a user waits.  Both measured on each of the entry's boots, with the engine's own timers over
+the same window beside the client's figures (``gate.record_engine_parts``)."""
 
 import llmgate
 from llmgate import device, metrics
@@ -33,8 +34,9 @@ def test_concurrency(gate):
     result, info = _measure(gate, variant, n)
     gate.record(metrics.AGGREGATE_TOK_S, gate.repeat_values(result, "aggregate_tok_s"), variant, raw=result.raw(),
                 **info)
-    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant)
-    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant)
+    parts = gate.record_engine_parts(result, variant)
+    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, parts=parts)
+    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant, parts=parts)
     gate.record(metrics.ITL_P95, gate.repeat_values(result, "itl_p95"), variant)
 
 
@@ -43,6 +45,8 @@ def test_arrival_rate(gate):
     rate = gate.scenarios.rate(gate.entry.device)
     variant = f"rate{rate:g}"
     result, info = _measure(gate, variant, gate.settings.concurrency, rate)
-    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, raw=result.raw(), **info)
-    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant)
+    parts = gate.record_engine_parts(result, variant)
+    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, raw=result.raw(), parts=parts,
+                **info)
+    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant, parts=parts)
     gate.record(metrics.E2E_P50, gate.repeat_values(result, "e2e_p50"), variant)

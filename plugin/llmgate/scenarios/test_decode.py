@@ -3,7 +3,10 @@ in a steady-state window: one stream always in flight, a warm-up until throughpu
 then a window of at least `[scenarios] window_s` and `decode_window_requests` requests, cut into
 `--llmgate-repeats` parts (the within-boot repeats).  Measured on each of the entry's boots.
 On a GPU also: memory, utilisation, clocks and throttling while it runs; decode speed as a share
-of the memory-bandwidth roofline; and the regime (GPU-bound or host-bound) that follows."""
+of the memory-bandwidth roofline; and the regime (GPU-bound or host-bound) that follows.
+Beside the client's figures, the engine's own timers over the same window (its TTFT, queue,
+prefill, time per output token, E2E: window means from its /metrics) and the front end's share of
+TTFT (client − engine); a TTFT verdict says which of them moved."""
 
 import llmgate
 from llmgate import device, metrics
@@ -37,5 +40,8 @@ def test_decode_c1(gate):
     regime = device.classify(cfg.device, roof, extra.get("gpu_sampling"), extra["engine_cpu"])
     gate.set_regime(regime)
     extra["regime"] = regime
+    if regime.get("decided_by"):
+        gate.note(f"regime {regime['regime']}: {regime['decided_by']}")
     gate.record(metrics.DECODE_TOK_S, gate.repeat_values(result, "decode_tok_s"), raw=result.raw(), **extra)
-    gate.record(metrics.TTFT_C1, gate.repeat_values(result, "ttft_p50"))
+    parts = gate.record_engine_parts(result)
+    gate.record(metrics.TTFT_C1, gate.repeat_values(result, "ttft_p50"), parts=parts)

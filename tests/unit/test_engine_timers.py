@@ -1,0 +1,170 @@
+"""The engine's own timers beside the client's: window means from /metrics histogram deltas, read
+through a run by ``signals.Poller``; the front end's share of TTFT; which part of a TTFT moved
+(``verdict.attribution``); and the regime from GPU utilisation as well as the roofline."""
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llmgate import device, engines, metrics, signals
+from llmgate.verdict import attribution, judge_boots
+
+SGLANG = Path(__file__).parent / "data" / "sglang-0.5.17-h200"
+
+# vLLM's histogram names (vllm/v1/metrics/loggers.py, 0.26.0 and 0.32.0) with two label sets,
+# as a two-engine server shows them: the means are over both
+VLLM_TEXT = """\
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_sum{{engine="0",model_name="m"}} {ttft_sum}
+vllm:time_to_first_token_seconds_count{{engine="0",model_name="m"}} {n}
+vllm:time_to_first_token_seconds_sum{{engine="1",model_name="m"}} {ttft_sum}
+vllm:time_to_first_token_seconds_count{{engine="1",model_name="m"}} {n}
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_sum{{engine="0",model_name="m"}} {queue_sum}
+vllm:request_queue_time_seconds_count{{engine="0",model_name="m"}} {n}
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_sum{{engine="0",model_name="m"}} {prefill_sum}
+vllm:request_prefill_time_seconds_count{{engine="0",model_name="m"}} {n}
+# TYPE vllm:request_time_per_output_token_seconds histogram
+vllm:request_time_per_output_token_seconds_sum{{engine="0",model_name="m"}} {tpot_sum}
+vllm:request_time_per_output_token_seconds_count{{engine="0",model_name="m"}} {n}
+"""
+
+
+def vllm_scrape(n, ttft=0.02, queue=0.001, prefill=0.015, tpot=0.005):
+    return signals.Scrape.parse(VLLM_TEXT.format(n=n, ttft_sum=n * ttft, queue_sum=n * queue,
+                                                 prefill_sum=n * prefill, tpot_sum=n * tpot))
+
+
+def test_vllm_timers_are_the_means_of_what_was_added_between_two_readings():
+    before, after = vllm_scrape(10), vllm_scrape(14)
+    # 4 more requests whose timers summed to the new sums: 4 × (0.02, 0.001, 0.015, 0.005)
+    t = engines.get("vllm").engine_timers(signals.Delta(before, after))
+    assert set(t) == {"ttft", "queue", "prefill", "tpot"}          # decode, itl, e2e absent here: not made up
+    assert t["ttft"] == pytest.approx(0.02) and t["queue"] == pytest.approx(0.001)
+    assert t["prefill"] == pytest.approx(0.015) and t["tpot"] == pytest.approx(0.005)
+    # nothing added: no mean at all (never a zero)
+    assert engines.get("vllm").engine_timers(signals.Delta(after, after)) == {}
+    assert engines.get("vllm").engine_timers(signals.Delta(signals.Scrape({}), signals.Scrape({}))) == {}
+
+
+def test_sglang_timers_from_its_recorded_h200_metrics():
+    scrape = signals.Scrape.parse((SGLANG / "metrics.txt").read_text())
+    zero = signals.Scrape({k: {lab: 0.0 for lab in v} for k, v in scrape.values.items()})
+    t = engines.get("sglang").engine_timers(signals.Delta(zero, scrape))
+    assert {"ttft", "queue", "prefill", "itl", "e2e"} <= set(t)
+    # streamed requests only: 20 streamed TTFTs summing to 0.745 s (the one non-streamed warm-up's 8.6 s is left out)
+    assert t["ttft"] == pytest.approx(0.7452619710000192 / 20)
+    assert t["prefill"] == pytest.approx(9.029242402000108 / 22)      # stage="prefill_forward"
+    assert t["queue"] == pytest.approx(0.02067715999999109 / 22)
+    assert all(v > 0 for v in t.values())
+
+
+def test_every_adapter_keeps_to_the_timer_contract():
+    from llmgate.engines import contract
+
+    for name in ("vllm", "sglang", "llamacpp", "mlx"):
+        assert contract.problems(engines.get(name), name) == [], name
+
+    class Careless(type(engines.get("vllm"))):
+        def engine_timers(self, delta):
+            return {"ttft_ms": 12}                      # a part the gate does not know
+
+    assert any("engine_timers" in p and "unknown parts ['ttft_ms']" in p for p in contract.problems(Careless()))
+
+
+class _Metrics(BaseHTTPRequestHandler):
+    """A /metrics whose request count grows by one per reading."""
+
+    count = 0
+
+    def do_GET(self):
+        type(self).count += 1
+        body = VLLM_TEXT.format(n=self.count, ttft_sum=self.count * 0.02, queue_sum=0.0, prefill_sum=self.count * 0.01,
+                                tpot_sum=0.0).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def metrics_server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    srv.shutdown()
+
+
+def test_poller_reads_through_a_run_and_gives_one_delta_per_interval(metrics_server):
+    with httpx.Client() as http, signals.Poller(http, metrics_server, interval=0.05) as poller:
+        t0 = time.perf_counter()
+        time.sleep(0.6)
+        t1 = time.perf_counter()
+    assert len(poller.texts) >= 6                      # one at the start, ~every 50 ms, one at the end
+    assert poller.times == sorted(poller.times) and poller.times[0] <= t0 and poller.times[-1] >= t1
+    edges = [t0 + (t1 - t0) * i / 3 for i in range(4)]
+    parts = poller.deltas(edges)
+    assert len(parts) == 3 and all(p is not None for p in parts)
+    for (a, b, d), (lo, hi) in zip(parts, zip(edges, edges[1:])):
+        assert abs(a - lo) < 0.06 and abs(b - hi) < 0.06          # the readings nearest the edges
+        assert d.histogram_mean("vllm:time_to_first_token_seconds") == pytest.approx(0.02)
+        assert d.counter("vllm:request_prefill_time_seconds_count") >= 1
+    # an interval shorter than the polling has no reading of its own: None, not a made-up zero
+    assert poller.deltas([t0, t0 + 1e-4]) == [None]
+    # and an engine without /metrics gives no readings at all
+    with httpx.Client() as http, signals.Poller(http, None) as none:
+        pass
+    assert none.texts == [] and none.deltas([0.0, 1.0]) == [None]
+
+
+def _v(metric, now, base):
+    return judge_boots(metric, metric.name, "e", [[x] for x in now], [[x] for x in base])
+
+
+def test_attribution_names_the_part_that_moved():
+    base_t = [0.0200, 0.0204, 0.0198]
+    parts = {
+        "frontend": _v(metrics.FRONTEND_TTFT, [0.0041, 0.0040, 0.0042], [0.0040, 0.0041, 0.0040]),
+        "queue": _v(metrics.ENGINE_QUEUE, [0.0001, 0.0001, 0.0001], [0.0001, 0.0001, 0.0001]),
+        "prefill": _v(metrics.ENGINE_PREFILL, [0.0140, 0.0142, 0.0141], [0.0120, 0.0121, 0.0119]),
+        "ttft": _v(metrics.ENGINE_TTFT, [0.0182, 0.0181, 0.0180], [0.0160, 0.0162, 0.0159]),
+    }
+    client = _v(metrics.TTFT_P50, [0.0222, 0.0224, 0.0221], base_t)
+    text = attribution(client, parts)
+    assert text is not None and text.endswith("most of it: prefill")
+    assert "prefill +2.1 ms (+18%) regressed" in text and "queue +0.0 ms" in text and "front end +0.1 ms" in text
+    assert "engine other -0.0 ms" in text or "engine other +0.0 ms" in text
+    # the front end moved instead
+    parts["frontend"] = _v(metrics.FRONTEND_TTFT, [0.0070, 0.0071, 0.0069], [0.0040, 0.0041, 0.0040])
+    parts["prefill"] = _v(metrics.ENGINE_PREFILL, [0.0120, 0.0121, 0.0119], [0.0120, 0.0121, 0.0119])
+    parts["ttft"] = _v(metrics.ENGINE_TTFT, [0.0160, 0.0162, 0.0159], [0.0160, 0.0162, 0.0159])
+    assert attribution(client, parts).endswith("most of it: front end")
+    # no baseline: nothing to attribute
+    fresh = judge_boots(metrics.TTFT_P50, "ttft_p50", "e", [[0.02]], None)
+    assert attribution(fresh, parts) is None and attribution(client, {}) is None
+
+
+def test_regime_from_gpu_utilisation_beside_the_roofline():
+    busy = {"0": {"utilization_mean": 95.0}}
+    idle = {"0": {"utilization_mean": 55.0}}
+    cpu = {"busiest": "EngineCore", "busiest_share": 0.98}
+    # AWQ on the H200: 21% of the roofline with the GPU busy 95% of the time: its kernels limit it
+    awq = device.classify("gpu", {"efficiency": 0.21}, busy, cpu)
+    assert awq["regime"] == "gpu-bound" and "GPU busy 95%" in awq["decided_by"]
+    assert awq["roofline_efficiency"] == 0.21 and awq["gpu_utilization_mean"] == 95.0
+    # a small model on a big card: the GPU waits on the host
+    small = device.classify("gpu", {"efficiency": 0.28}, idle, cpu)
+    assert small["regime"] == "host-bound" and "28% of the bandwidth roofline" in small["decided_by"]
+    assert "98% of a core" in small["decided_by"]
+    assert device.classify("gpu", {"efficiency": 0.7}, idle, None)["regime"] == "gpu-bound"
+    assert device.classify("gpu", None, busy, None)["regime"] == "gpu-bound"
+    assert device.classify("gpu", None, None, None)["regime"].startswith("unknown")
+    assert device.classify("cpu", None, None, cpu)["regime"] == "cpu"
