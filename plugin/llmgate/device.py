@@ -384,31 +384,49 @@ def sampling_notes(summary: dict[str, Any], what: str) -> list[str]:
 
 # -- the regime: which side of the machine limits a configuration -------------------------
 GPU_BOUND_EFFICIENCY = 0.5     # decode at batch 1 reaching half the bandwidth roofline
+GPU_BUSY_UTILIZATION = 90.0    # NVML utilisation (% of the time a kernel ran) at which the GPU sets the pace
 
 
 def classify(device_kind: str, roofline: dict[str, Any] | None, gpu_sampling: dict[str, Any] | None,
              engine_cpu: dict[str, Any] | None) -> dict[str, Any]:
-    """GPU-bound or host-bound, from what the decode window measured.
+    """GPU-bound or host-bound, from what the decode window measured, with the evidence and the
+    rule that decided (``decided_by``).
 
-    At batch 1 a decode step reads every weight once, so a GPU-bound engine runs near the
-    memory-bandwidth roofline (an 8B shape on the H200: ~70%); a small model on a big card leaves
-    the GPU waiting on the host between steps (the 1.7B shape: ~28%), and its boots then differ
-    by what the host does (5–10% CV seen, against under 1% GPU-bound).  The engine's busiest
-    process near a full core and a low GPU utilisation are shown as the evidence."""
+    First the GPU's own account: a GPU that ran kernels at least ``GPU_BUSY_UTILIZATION`` % of the
+    time is what limits the engine, however far below the bandwidth roofline its kernels run (AWQ's
+    dequantising kernels on the H200: 95% busy at 21% of the roofline).  Otherwise the roofline
+    share: at batch 1 a decode step reads every weight once, so a GPU-bound engine runs near it (an
+    8B shape on the H200: ~70%), while a small model on a big card leaves the GPU waiting on the host
+    between steps (the 1.7B shape: ~28%), and its boots then differ by what the host does (5–10% CV
+    seen, against under 1% GPU-bound).  The engine's busiest process near a full core is shown too."""
     ev: dict[str, Any] = {}
     if engine_cpu:
         ev["busiest_engine_process"] = engine_cpu.get("busiest")
         ev["busiest_cpu_share"] = engine_cpu.get("busiest_share")
     if device_kind != "gpu":
         return {"regime": "cpu", **ev}
+    util = None
     if gpu_sampling:
-        ev["gpu_utilization_mean"] = round(sum(g["utilization_mean"] for g in gpu_sampling.values())
-                                           / len(gpu_sampling), 1)
+        util = round(sum(g["utilization_mean"] for g in gpu_sampling.values()) / len(gpu_sampling), 1)
+        ev["gpu_utilization_mean"] = util
+    if roofline:
+        ev["roofline_efficiency"] = round(roofline["efficiency"], 4)
+    cpu = ev.get("busiest_cpu_share")
+    host = f"; busiest engine process {cpu:.0%} of a core" if isinstance(cpu, (int, float)) else ""
+    if util is not None and util >= GPU_BUSY_UTILIZATION:
+        roof = f", decode at {roofline['efficiency']:.0%} of the bandwidth roofline" if roofline else ""
+        return {"regime": "gpu-bound", "decided_by": f"GPU busy {util:.0f}% of the time (>= {GPU_BUSY_UTILIZATION:.0f}%)"
+                                                     f"{roof}: its kernels set the pace{host}", **ev}
     if not roofline:
         return {"regime": "unknown (no roofline: model not sized or no bandwidth figure)", **ev}
-    ev["roofline_efficiency"] = round(roofline["efficiency"], 4)
-    kind = "gpu-bound" if roofline["efficiency"] >= GPU_BOUND_EFFICIENCY else "host-bound"
-    return {"regime": kind, **ev}
+    eff = roofline["efficiency"]
+    busy = f"GPU busy {util:.0f}% of the time, " if util is not None else ""
+    if eff >= GPU_BOUND_EFFICIENCY:
+        return {"regime": "gpu-bound", "decided_by": f"{busy}decode at {eff:.0%} of the bandwidth roofline "
+                                                     f"(>= {GPU_BOUND_EFFICIENCY:.0%}){host}", **ev}
+    return {"regime": "host-bound", "decided_by": f"{busy}decode at {eff:.0%} of the bandwidth roofline "
+                                                  f"(< {GPU_BOUND_EFFICIENCY:.0%}): the GPU waits between steps{host}",
+            **ev}
 
 
 # -- is there room on the GPU? (before a boot) -----------------------------------------------
