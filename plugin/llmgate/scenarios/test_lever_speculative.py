@@ -10,7 +10,9 @@ Acceptance is recorded (and compared with baselines and the seed) only where it 
 (``gate.acceptance_meaningful()``): drafts from the context (n-gram prompt lookup)
 always; drafts from trained weights (a draft model, EAGLE, MTP) only when neither side has random
 weights.  Otherwise the counters are kept in the speed-up's raw data and named in a note as not
-meaningful: what such a method costs is still measured and gated.
+meaningful: what such a method costs is still measured and gated.  Context drafts on random
+weights are recorded with a caveat (``gate.acceptance_caveat()``, in a note and in the stored
+figures): a random model repeats itself, so they are an upper bound of what real text gets.
 """
 
 import statistics
@@ -30,6 +32,9 @@ def test_speculative_decoding(gate):
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
     figures: dict[str, list[float]] = {}
     not_meaningful = gate.acceptance_meaningful() if cfg.speculative else None
+    caveat = gate.acceptance_caveat() if cfg.speculative and not not_meaningful else None
+    if caveat:
+        gate.note(caveat)
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
@@ -59,7 +64,7 @@ def test_speculative_decoding(gate):
             else:
                 assert all(a.proposed for a in acceptances), f"{cfg.id}: no drafts were proposed at {variant}"
                 gate.record(metrics.SPEC_ACCEPT_RATE, [a.rate for a in acceptances], variant,
-                            counters=[vars(a) for a in acceptances])
+                            counters=[vars(a) for a in acceptances], caveat=caveat)
                 if all(a.mean_length is not None for a in acceptances):
                     gate.record(metrics.SPEC_ACCEPT_LEN, [a.mean_length for a in acceptances], variant)
                 for pos in range(min(len(a.position_rates) for a in acceptances)):
@@ -70,6 +75,8 @@ def test_speculative_decoding(gate):
             if variant in ref_figures:
                 base = statistics.median(ref_figures[variant])
                 extra = {"acceptance_not_meaningful": not_meaningful, "counters": counters} if counters else {}
+                if caveat:
+                    extra["caveat"] = caveat
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
                             reference=ref.id, **extra)
     assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
