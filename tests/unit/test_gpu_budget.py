@@ -83,7 +83,7 @@ def test_dummy_weights_entry_gets_a_config_only_model_on_first_use(monkeypatch, 
 
 
 def test_config_only_hash_is_the_committed_h200_baselines(monkeypatch, tmp_path):
-    """The default GPU entries' shape, made config-only here, has the model content hash the committed
+    """The default GPU entry's shape, made config-only here, has the model content hash the committed
     GPU baselines of that shape were recorded with (comparable without a preparation step)."""
     from pathlib import Path
 
@@ -91,13 +91,13 @@ def test_config_only_hash_is_the_committed_h200_baselines(monkeypatch, tmp_path)
 
     monkeypatch.setenv("LLMGATE_CACHE", str(tmp_path))
     m = matrix.load(matrix.DEFAULT_MATRIX)
-    folder = m.entry_model(m.by_id("gpu-vllm-12gb"))
+    folder = m.entry_model(m.by_id("gpu-vllm-8b"))
     hashes = set()
     for f in baseline.stored_files(Path(__file__).resolve().parents[2] / "baselines"):
         for b in json.loads(f.read_text())["benchmarks"]:
             fp = baseline.stored_fingerprint(b)
-            if (fp.get("config") or {}).get("model") == "qwen3-1.7b-shape":
+            if (fp.get("config") or {}).get("model") == "llama3-8b-shape":
                 hashes.add(fp["model_hash"])
     if not hashes:
-        pytest.skip("no committed baseline of the qwen3-1.7b shape")
+        pytest.skip("no committed baseline of the llama3-8b shape")
     assert hashes == {tinymodel.model_hash(folder)}

@@ -50,18 +50,17 @@ def test_good_matrix(tmp_path):
 
 def test_embedded_default_is_valid():
     m = matrix.load(matrix.DEFAULT_MATRIX)
-    assert [e.engine for e in m.entries] == ["vllm"] * 3
+    assert [e.engine for e in m.entries] == ["vllm"] * 2
     cpu = m.entries[0]                      # first, as before: the Quick start gate runs it
     assert (cpu.id, cpu.model, cpu.device, cpu.kv_cache_bytes) == ("cpu-vllm-tiny", "tiny", "cpu", 1_000_000_000)
-    # the headline command's entries (`-m gpu`): a 12 GB card's budget in bytes, and the whole card
-    gpu = {e.id: e for e in m.entries[1:]}
-    assert {k: (e.gpu_memory_bytes, e.gpu_memory_utilization) for k, e in gpu.items()} == {
-        "gpu-vllm-12gb": (12_000_000_000, None), "gpu-vllm-full": (None, 0.9)}
-    for e in gpu.values():
-        assert e.device == "gpu" and e.load_format == "dummy" and e.model in m.models and not e.min_effect
+    # the headline command's entry (`-m gpu`): the GPU-bound 8B shape, a budget in bytes (the same on any card)
+    gpu = m.entries[1]
+    assert (gpu.id, gpu.model, gpu.gpu_memory_bytes, gpu.gpu_memory_utilization) == (
+        "gpu-vllm-8b", "llama3-8b-shape", 40_000_000_000, None)
+    assert gpu.device == "gpu" and gpu.load_format == "dummy" and gpu.model in m.models and not gpu.min_effect
     # the same shape as matrices/gpu.toml's, so the same config-only folder and content hash
-    assert m.models["qwen3-1.7b-shape"] == matrix.load(Path(__file__).parents[2] / "matrices" / "gpu.toml").models[
-        "qwen3-1.7b-shape"]
+    assert m.models["llama3-8b-shape"] == matrix.load(Path(__file__).parents[2] / "matrices" / "gpu.toml").models[
+        "llama3-8b-shape"]
 
 
 @pytest.mark.parametrize("entry, fragment", [
