@@ -35,6 +35,7 @@ class GateSession:
         if self.worker:
             self.out_dir = self.out_dir / self.worker     # the controller merges the workers' reports
         self._matrix: Matrix | None = None
+        self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
         self._matrix_error: str | None = None
         self.pool = ServerPool(lambda: self.matrix, self.out_dir / "logs", self.say, self.boots_for)
         self.servers = self.pool.servers                   # entry id → running Server
@@ -87,6 +88,22 @@ class GateSession:
         self.finished.add(nodeid)
         self.running = None
 
+    def load_matrix_file(self) -> Matrix:
+        """(pytest_sessionstart) Read and check the matrix file, before anything is collected or
+        booted: a bad one (an unknown key or engine, a model path that does not exist, a model
+        folder without a tokenizer) is one usage error, exit code 4, instead of a collection error
+        in every scenario module.  Without a matrix file this is the embedded default, so a session
+        of other tests is not affected.  The ``pytest_llmgate_matrix`` hooks are applied at first
+        use (``matrix``), when the conftest files that implement them are loaded."""
+        if self._file_matrix is None:
+            explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
+            try:
+                self._file_matrix = matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+            except MatrixError as e:
+                self._matrix_error = str(e)
+                raise pytest.UsageError(str(e)) from None
+        return self._file_matrix
+
     @property
     def matrix(self) -> Matrix:
         """The loaded matrix, after every ``pytest_llmgate_matrix`` hook has adjusted it."""
@@ -95,7 +112,7 @@ class GateSession:
                 raise MatrixError(self._matrix_error)
             explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
             try:
-                loaded = matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+                loaded = self._file_matrix or matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
                 for adjusted in self.config.hook.pytest_llmgate_matrix(config=self.config, matrix=loaded):
                     if adjusted is not None:
                         loaded = adjusted
