@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -245,9 +246,10 @@ def migrate_file(path: Path) -> int:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise BaselineError(f"{path}: migrating gives two entries the key {dup[0]!r}; the file was left untouched")
-        fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=Path(path).parent)
+        fd, tmp = _new_temp(Path(path).parent, Path(path).name)
         with os.fdopen(fd, "wb") as f:
             f.write(safe_dumps(data, ensure_ascii=True, indent=4).encode())
+        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))     # the rewritten file keeps its mode
         os.replace(tmp, path)
     return changed
 
@@ -598,11 +600,24 @@ def validate_storage(root: Path) -> list[Path]:
     return files
 
 
+def _new_temp(folder: Path, name: str) -> tuple[int, Path]:
+    """A new temporary file in ``folder`` (open for writing, its descriptor and path) with the mode a
+    file gets under the user's umask (0644 under umask 022), not mkstemp's 0600: a baseline is a
+    file others read (a CI job under another user, a reviewer's checkout)."""
+    for _ in range(100):
+        tmp = Path(folder) / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name for {name}")
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write a new file whole or not at all; an existing file is never replaced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -3,7 +3,9 @@ untouched), written atomically, compared only when the fingerprint matches, and 
 is re-measured once before it fails (confirmation run)."""
 
 import json
+import os
 import pathlib
+import stat
 
 import pytest
 
@@ -222,6 +224,38 @@ def test_atomic_save_never_overwrites(tmp_path):
         baseline.atomic_write(target, b"{new}")
     assert target.read_bytes() == b"{}"
     assert [p.name for p in tmp_path.iterdir()] == ["0001_x.json"]   # no temporary file left behind
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002], ids=["umask-022", "umask-077", "umask-002"])
+def test_baseline_files_get_the_mode_of_the_umask(tmp_path, mask):
+    """A baseline is a file others read (a CI job under another user, a reviewer's checkout): written
+    through a temporary file, it still gets the mode of a file created under the user's umask (0644
+    under umask 022), not the temporary file's 0600; a migrated file keeps the mode it had."""
+    legacy = baseline_files.write(tmp_path, "old", {"tests/perf/test_decode.py::test_decode_c1[h200]::decode_tok_s": [100] * 5},
+                                  fingerprint=here_fingerprint())
+    legacy.chmod(0o640)
+    old = os.umask(mask)
+    try:
+        baseline.atomic_write(tmp_path / "0002_x.json", b"{}")
+        assert baseline.migrate_file(legacy) == 1
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "0002_x.json").stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(legacy.stat().st_mode) == 0o640
+    assert json.loads(legacy.read_text())["benchmarks"][0]["fullname"] == "decode_c1[h200]::decode_tok_s"
+
+
+def test_a_saved_run_is_readable_by_others_under_umask_022(pytester):
+    assert umask() == 0o022, "the pytest process runs under umask 022 here"     # what the assertion below means
+    run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
+    (saved,) = baseline.stored_files(pytester.path / "baselines")
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o644
 
 
 def test_a_baseline_of_another_workload_is_not_compared(pytester):
