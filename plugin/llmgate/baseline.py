@@ -138,7 +138,9 @@ def configure(config: pytest.Config, folder: Path) -> None:
 
 
 def session_start(config: pytest.Config, worker: str | None, say) -> None:
-    """(pytest_sessionstart) Load the compared runs, say which, and make saving atomic."""
+    """(pytest_sessionstart) Load the compared runs, say which, and make saving atomic.  Before any
+    test runs, a run named by --benchmark-compare that is not stored is a usage error (one line,
+    exit code 4)."""
     bs = benchmark_session(config)
     if bs is None:
         return
@@ -151,10 +153,34 @@ def session_start(config: pytest.Config, worker: str | None, say) -> None:
                            "with the newest of these whose fingerprint matches)")
         else:
             spec = compared_spec(config)
-            which = "no stored run" if spec is True else f"no stored run matches {spec!r}"
-            say(f"llmgate: --benchmark-compare: {which} in {bs.storage}; every metric "
+            if spec is not True:            # a run named, and not found: a typo must not make the gate pass
+                raise pytest.UsageError(unknown_run_line(spec, bs.storage))
+            say(f"llmgate: --benchmark-compare: no stored run in {bs.storage}; every metric "
                 f"is reported without a baseline (record one with --benchmark-save=NAME)")
     make_save_atomic(bs.storage)
+
+
+def unknown_run_line(spec: Any, storage: Any) -> str:
+    """One line for --benchmark-compare=SPEC matching no stored run: what is stored, this
+    interpreter's machine-id folder first."""
+    root = Path(str(getattr(storage, "path", storage)))
+    mine = getattr(storage, "default_machine_id", None)
+    files = stored_files(root) if root.is_dir() else []
+    if not files:
+        held = "it holds no stored run (record one with --benchmark-save=NAME)"
+    else:
+        by_folder: dict[str, list[str]] = {}
+        for f in files:
+            by_folder.setdefault(f.parent.name if f.parent != root else "", []).append(f.stem)
+        parts = []
+        for folder in sorted(by_folder, key=lambda k: (k != mine, k)):
+            names = by_folder[folder]
+            shown = ("…, " if len(names) > 8 else "") + ", ".join(names[-8:])
+            where = f" ({folder}, this interpreter)" if folder == mine else (f" ({folder})" if folder else "")
+            parts.append(shown + where)
+        held = "stored runs: " + "; ".join(parts)
+    return (f"llmgate: --benchmark-compare={spec}: no stored run matches {str(spec)!r} in {root}; {held}. "
+            f"Nothing was run (a bare --benchmark-compare compares with the newest)")
 
 
 def drop_stored(config: pytest.Config, entries: list[Any]) -> None:

@@ -8,6 +8,7 @@ import pathlib
 import stat
 
 import pytest
+from pytest_benchmark.utils import get_machine_id
 
 import baseline_files
 from llmgate import baseline, device, matrix
@@ -179,10 +180,7 @@ def test_no_stored_run_and_no_stored_test_are_said_per_entry(pytester):
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*| no baseline for this test *|",
                             "*test_measure: no baseline for this test: the stored runs in *baselines hold none*"])
-    r = run(pytester, [[100] * 5], "--benchmark-compare=0042")
-    r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["*llmgate: --benchmark-compare: no stored run matches '0042' in *baselines*",
-                            "*test_measure: no baseline stored: no stored run matches --benchmark-compare=0042 in *"])
+    # a run named that is not stored: test_a_baseline_named_and_not_stored_stops_the_run_before_it_starts
 
 
 def test_engine_change_is_what_is_compared(pytester):
@@ -256,6 +254,33 @@ def test_a_saved_run_is_readable_by_others_under_umask_022(pytester):
     run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
     (saved,) = baseline.stored_files(pytester.path / "baselines")
     assert stat.S_IMODE(saved.stat().st_mode) == 0o644
+
+
+def test_a_baseline_named_and_not_stored_stops_the_run_before_it_starts(pytester):
+    """A typo in a CI job (--benchmark-compare=9999) must not make the gate pass: one line naming what
+    is stored, exit code 4, no test run.  A bare --benchmark-compare with nothing stored still runs,
+    every metric without a baseline (test_no_stored_run_and_no_stored_test_are_said_per_entry)."""
+    store = pytester.path / "baselines"
+    r = run(pytester, [[100] * 5], "--benchmark-compare=9999")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert r.stderr.lines[0] == (f"ERROR: llmgate: --benchmark-compare=9999: no stored run matches '9999' in {store}; "
+                                 f"it holds no stored run (record one with --benchmark-save=NAME). Nothing was run "
+                                 f"(a bare --benchmark-compare compares with the newest)")
+    assert not (pytester.path / "runs.txt").exists()                 # the test never ran
+    run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
+    run(pytester, [[100] * 5], "--benchmark-save=after").assert_outcomes(passed=1)
+    elsewhere = baseline_files.write(pytester.path, "elsewhere", {NAME: [100] * 5}, fingerprint=here_fingerprint())
+    move_to_machine_folder(elsewhere, "Linux-CPython-3.99-64bit")
+    r = run(pytester, [[100] * 5], "--benchmark-compare=9999")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [ln for ln in r.stderr.lines if ln.strip()]
+    assert line == (f"ERROR: llmgate: --benchmark-compare=9999: no stored run matches '9999' in {store}; stored runs: "
+                    f"0001_base, 0002_after ({get_machine_id()}, this interpreter); 0001_elsewhere "
+                    f"(Linux-CPython-3.99-64bit). Nothing was run (a bare --benchmark-compare compares with the newest)")
+    assert not (pytester.path / "runs.txt").exists() and "Traceback" not in r.stdout.str() + r.stderr.str()
+    # a run that is stored is compared, by its number or by its name
+    run(pytester, [[100] * 5], "--benchmark-compare=0002").assert_outcomes(passed=1)
+    run(pytester, [[100] * 5], "--benchmark-compare=0001_elsewhere").assert_outcomes(passed=1)
 
 
 def test_a_baseline_of_another_workload_is_not_compared(pytester):
