@@ -139,8 +139,8 @@ def configure(config: pytest.Config, folder: Path) -> None:
 
 def session_start(config: pytest.Config, worker: str | None, say) -> None:
     """(pytest_sessionstart) Load the compared runs, say which, and make saving atomic.  Before any
-    test runs, a run named by --benchmark-compare that is not stored is a usage error (one line,
-    exit code 4)."""
+    test runs: a run named by --benchmark-compare that is not stored, and (saving) a storage folder
+    that cannot be written, are usage errors (one line each, exit code 4)."""
     bs = benchmark_session(config)
     if bs is None:
         return
@@ -157,7 +157,12 @@ def session_start(config: pytest.Config, worker: str | None, say) -> None:
                 raise pytest.UsageError(unknown_run_line(spec, bs.storage))
             say(f"llmgate: --benchmark-compare: no stored run in {bs.storage}; every metric "
                 f"is reported without a baseline (record one with --benchmark-save=NAME)")
-    make_save_atomic(bs.storage)
+    check_storage_writable(config)
+
+    def save_failed(line: str) -> None:
+        config.stash[_SAVE_FAILED] = line
+
+    make_save_atomic(bs.storage, save_failed)
 
 
 def unknown_run_line(spec: Any, storage: Any) -> str:
@@ -181,6 +186,61 @@ def unknown_run_line(spec: Any, storage: Any) -> str:
         held = "stored runs: " + "; ".join(parts)
     return (f"llmgate: --benchmark-compare={spec}: no stored run matches {str(spec)!r} in {root}; {held}. "
             f"Nothing was run (a bare --benchmark-compare compares with the newest)")
+
+
+_SAVE_FAILED = pytest.StashKey[str]()                 # why the baseline was not saved at the end
+
+
+def save_failure(config: pytest.Config) -> str | None:
+    """(pytest_sessionfinish, after pytest-benchmark saved) One line when saving the baseline failed."""
+    return config.stash.get(_SAVE_FAILED, None)
+
+
+def check_storage_writable(config: pytest.Config) -> None:
+    """(pytest_sessionstart) With --benchmark-save or --benchmark-autosave, the folder the run will
+    be stored in (``<storage>/<machine id>/``) must take a new file; otherwise a usage error now,
+    before any boot, rather than a traceback after the whole run.  Leaves no folder or file behind."""
+    bs = benchmark_session(config)
+    if bs is None or not (bs.save or bs.autosave) or bs.skip or config.getoption("benchmark_disable", False):
+        return
+    storage = bs.storage
+    if not hasattr(storage, "get") or not hasattr(storage, "_next_num"):
+        return                                        # not file storage (elasticsearch)
+    folder = Path(storage.path) / storage.default_machine_id if storage.default_machine_id else Path(storage.path)
+    problem = unwritable(folder)
+    if problem:
+        save = config.getoption("benchmark_save", None)
+        option = f"--benchmark-save={save}" if save else "--benchmark-autosave"
+        raise pytest.UsageError(f"llmgate: {option}: the baseline cannot be stored: {problem}. Nothing was run "
+                                f"(fix the folder, or store elsewhere with --benchmark-storage=file://DIR)")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a new file cannot be written in ``folder`` (made if missing, and then removed again), in a
+    few words; None when it can.  Tried for real: file permissions do not stop root, a read-only file
+    system or an immutable folder do."""
+    folder = Path(folder)
+    made: list[Path] = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    if not p.is_dir():
+        return f"{p} is a file, not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _new_temp(folder, ".llmgate-write-check")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        return f"cannot write in {folder}: {e.strerror or e}"
+    finally:
+        for d in made:                                # deepest first
+            try:
+                d.rmdir()
+            except OSError:
+                break
+    return None
 
 
 def drop_stored(config: pytest.Config, entries: list[Any]) -> None:
@@ -654,18 +714,33 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.unlink(tmp)
 
 
-def make_save_atomic(storage) -> None:
-    """pytest-benchmark's FileStorage.save writes in place; save through atomic_write instead."""
+def make_save_atomic(storage, on_failure=None) -> None:
+    """pytest-benchmark's FileStorage.save writes in place; save through atomic_write instead.
+    ``on_failure(line)``: a save that fails (the file system turned read-only, the folder went
+    away, the file exists) is told in one line instead of raised: raised, it would end the session
+    with a traceback before llmgate wrote its report, the run history and the verdict table."""
     from pytest_benchmark.utils import safe_dumps
 
     if not hasattr(storage, "get") or not hasattr(storage, "_next_num"):
         return  # not file storage (elasticsearch): leave it alone
 
     def save(output_json, save):
-        target = storage.get(f"{storage._next_num}_{save}.json")
-        if target.exists():
-            raise BaselineError(f"{target}: exists already; not overwriting a stored baseline")
-        atomic_write(target, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        target = None
+        try:
+            target = storage.get(f"{storage._next_num}_{save}.json")
+            if target.exists():
+                raise BaselineError(f"{target}: exists already; not overwriting a stored baseline")
+            atomic_write(target, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        except (OSError, BaselineError) as e:
+            if on_failure is None:
+                raise
+            if isinstance(e, BaselineError):
+                why = str(e)
+            else:
+                folder = Path(target).parent if target is not None else Path(storage.path)
+                why = f"{target or folder} could not be written: " + (unwritable(folder) or f"{e.strerror or e}")
+            on_failure(f"baseline not saved: {why}")
+            return
         storage.logger.info(f"Saved benchmark data in: {target}")
 
     storage.save = save

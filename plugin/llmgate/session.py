@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from . import baseline as baseline_store
 from . import device, metrics, report, server as server_mod, xdist
 from . import matrix as matrix_mod
 from .interrupt import Interrupts
@@ -46,6 +47,7 @@ class GateSession:
         self.notes: list[str] = []
         self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
         self.report_files: list[Path] = []
+        self.not_saved: list[str] = []                  # why the baseline was not saved (one line each)
         self.started = time.time()
         # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
         self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
@@ -186,6 +188,12 @@ class GateSession:
         for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
             say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
         argv = list(session.config.invocation_params.args)
+        # pytest-benchmark saved (or failed to save) before this hook: a baseline that could not be
+        # written fails the run, and what was measured is still reported below
+        not_saved = [line] if (line := baseline_store.save_failure(session.config)) else []
+        if not_saved and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        gs.not_saved = list(not_saved)
         # the regime is known once an entry's decode window ran, maybe after its other verdicts
         gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
                           if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
@@ -215,6 +223,7 @@ class GateSession:
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
             summary["interrupted"] = gs.interrupted
+            summary["baseline_not_saved"] = not_saved
             gs.report_files = report.write_all(summary, gs.out_dir,
                                                None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
         elif xdist.workers(session.config):
@@ -228,7 +237,11 @@ class GateSession:
                 except (OSError, ValueError) as e:
                     gs.notes.append(f"could not read the worker report {f}: {e}")
             if parts:
+                gs.not_saved += [line for r in parts for line in r.get("baseline_not_saved") or []]
+                if gs.not_saved and session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED     # a worker's baseline was not saved
                 gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+                summary["baseline_not_saved"] = list(gs.not_saved)
                 summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
                                                                 None)
                 gs.boots.update(summary["boots"])
