@@ -242,9 +242,11 @@ def llmgate_settings(llmgate_session: GateSession) -> Settings:
 @pytest.fixture(scope="session")
 def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
     try:
-        handle = llmgate_session.boot(llmgate_config)
+        handle, error = llmgate_session.boot(llmgate_config), None
     except BootError as e:
-        pytest.fail(str(e), pytrace=False)
+        error = str(e)
+    if error is not None:
+        pytest.fail(error, pytrace=False)     # outside the except: the reason once, no "During handling of …"
     try:
         yield handle
     finally:

