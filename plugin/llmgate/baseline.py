@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,9 @@ def configure(config: pytest.Config, folder: Path) -> None:
 
 
 def session_start(config: pytest.Config, worker: str | None, say) -> None:
-    """(pytest_sessionstart) Load the compared runs, say which, and make saving atomic."""
+    """(pytest_sessionstart) Load the compared runs, say which, and make saving atomic.  Before any
+    test runs: a run named by --benchmark-compare that is not stored, and (saving) a storage folder
+    that cannot be written, are usage errors (one line each, exit code 4)."""
     bs = benchmark_session(config)
     if bs is None:
         return
@@ -150,10 +153,94 @@ def session_start(config: pytest.Config, worker: str | None, say) -> None:
                            "with the newest of these whose fingerprint matches)")
         else:
             spec = compared_spec(config)
-            which = "no stored run" if spec is True else f"no stored run matches {spec!r}"
-            say(f"llmgate: --benchmark-compare: {which} in {bs.storage}; every metric "
+            if spec is not True:            # a run named, and not found: a typo must not make the gate pass
+                raise pytest.UsageError(unknown_run_line(spec, bs.storage))
+            say(f"llmgate: --benchmark-compare: no stored run in {bs.storage}; every metric "
                 f"is reported without a baseline (record one with --benchmark-save=NAME)")
-    make_save_atomic(bs.storage)
+    check_storage_writable(config)
+
+    def save_failed(line: str) -> None:
+        config.stash[_SAVE_FAILED] = line
+
+    make_save_atomic(bs.storage, save_failed)
+
+
+def unknown_run_line(spec: Any, storage: Any) -> str:
+    """One line for --benchmark-compare=SPEC matching no stored run: what is stored, this
+    interpreter's machine-id folder first."""
+    root = Path(str(getattr(storage, "path", storage)))
+    mine = getattr(storage, "default_machine_id", None)
+    files = stored_files(root) if root.is_dir() else []
+    if not files:
+        held = "it holds no stored run (record one with --benchmark-save=NAME)"
+    else:
+        by_folder: dict[str, list[str]] = {}
+        for f in files:
+            by_folder.setdefault(f.parent.name if f.parent != root else "", []).append(f.stem)
+        parts = []
+        for folder in sorted(by_folder, key=lambda k: (k != mine, k)):
+            names = by_folder[folder]
+            shown = ("…, " if len(names) > 8 else "") + ", ".join(names[-8:])
+            where = f" ({folder}, this interpreter)" if folder == mine else (f" ({folder})" if folder else "")
+            parts.append(shown + where)
+        held = "stored runs: " + "; ".join(parts)
+    return (f"llmgate: --benchmark-compare={spec}: no stored run matches {str(spec)!r} in {root}; {held}. "
+            f"Nothing was run (a bare --benchmark-compare compares with the newest)")
+
+
+_SAVE_FAILED = pytest.StashKey[str]()                 # why the baseline was not saved at the end
+
+
+def save_failure(config: pytest.Config) -> str | None:
+    """(pytest_sessionfinish, after pytest-benchmark saved) One line when saving the baseline failed."""
+    return config.stash.get(_SAVE_FAILED, None)
+
+
+def check_storage_writable(config: pytest.Config) -> None:
+    """(pytest_sessionstart) With --benchmark-save or --benchmark-autosave, the folder the run will
+    be stored in (``<storage>/<machine id>/``) must take a new file; otherwise a usage error now,
+    before any boot, rather than a traceback after the whole run.  Leaves no folder or file behind."""
+    bs = benchmark_session(config)
+    if bs is None or not (bs.save or bs.autosave) or bs.skip or config.getoption("benchmark_disable", False):
+        return
+    storage = bs.storage
+    if not hasattr(storage, "get") or not hasattr(storage, "_next_num"):
+        return                                        # not file storage (elasticsearch)
+    folder = Path(storage.path) / storage.default_machine_id if storage.default_machine_id else Path(storage.path)
+    problem = unwritable(folder)
+    if problem:
+        save = config.getoption("benchmark_save", None)
+        option = f"--benchmark-save={save}" if save else "--benchmark-autosave"
+        raise pytest.UsageError(f"llmgate: {option}: the baseline cannot be stored: {problem}. Nothing was run "
+                                f"(fix the folder, or store elsewhere with --benchmark-storage=file://DIR)")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a new file cannot be written in ``folder`` (made if missing, and then removed again), in a
+    few words; None when it can.  Tried for real: file permissions do not stop root, a read-only file
+    system or an immutable folder do."""
+    folder = Path(folder)
+    made: list[Path] = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    if not p.is_dir():
+        return f"{p} is a file, not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _new_temp(folder, ".llmgate-write-check")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        return f"cannot write in {folder}: {e.strerror or e}"
+    finally:
+        for d in made:                                # deepest first
+            try:
+                d.rmdir()
+            except OSError:
+                break
+    return None
 
 
 def drop_stored(config: pytest.Config, entries: list[Any]) -> None:
@@ -245,9 +332,10 @@ def migrate_file(path: Path) -> int:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise BaselineError(f"{path}: migrating gives two entries the key {dup[0]!r}; the file was left untouched")
-        fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=Path(path).parent)
+        fd, tmp = _new_temp(Path(path).parent, Path(path).name)
         with os.fdopen(fd, "wb") as f:
             f.write(safe_dumps(data, ensure_ascii=True, indent=4).encode())
+        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))     # the rewritten file keeps its mode
         os.replace(tmp, path)
     return changed
 
@@ -598,11 +686,24 @@ def validate_storage(root: Path) -> list[Path]:
     return files
 
 
+def _new_temp(folder: Path, name: str) -> tuple[int, Path]:
+    """A new temporary file in ``folder`` (open for writing, its descriptor and path) with the mode a
+    file gets under the user's umask (0644 under umask 022), not mkstemp's 0600: a baseline is a
+    file others read (a CI job under another user, a reviewer's checkout)."""
+    for _ in range(100):
+        tmp = Path(folder) / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name for {name}")
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write a new file whole or not at all; an existing file is never replaced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _new_temp(path.parent, path.name)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -613,18 +714,33 @@ def atomic_write(path: Path, data: bytes) -> None:
         os.unlink(tmp)
 
 
-def make_save_atomic(storage) -> None:
-    """pytest-benchmark's FileStorage.save writes in place; save through atomic_write instead."""
+def make_save_atomic(storage, on_failure=None) -> None:
+    """pytest-benchmark's FileStorage.save writes in place; save through atomic_write instead.
+    ``on_failure(line)``: a save that fails (the file system turned read-only, the folder went
+    away, the file exists) is told in one line instead of raised: raised, it would end the session
+    with a traceback before llmgate wrote its report, the run history and the verdict table."""
     from pytest_benchmark.utils import safe_dumps
 
     if not hasattr(storage, "get") or not hasattr(storage, "_next_num"):
         return  # not file storage (elasticsearch): leave it alone
 
     def save(output_json, save):
-        target = storage.get(f"{storage._next_num}_{save}.json")
-        if target.exists():
-            raise BaselineError(f"{target}: exists already; not overwriting a stored baseline")
-        atomic_write(target, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        target = None
+        try:
+            target = storage.get(f"{storage._next_num}_{save}.json")
+            if target.exists():
+                raise BaselineError(f"{target}: exists already; not overwriting a stored baseline")
+            atomic_write(target, safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        except (OSError, BaselineError) as e:
+            if on_failure is None:
+                raise
+            if isinstance(e, BaselineError):
+                why = str(e)
+            else:
+                folder = Path(target).parent if target is not None else Path(storage.path)
+                why = f"{target or folder} could not be written: " + (unwritable(folder) or f"{e.strerror or e}")
+            on_failure(f"baseline not saved: {why}")
+            return
         storage.logger.info(f"Saved benchmark data in: {target}")
 
     storage.save = save

@@ -126,11 +126,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    gs = session.config.stash.get(SESSION_KEY, None)
-    if gs is not None and not xdist.worker(session.config):
+    """Before collection and before any boot, what would make the whole run useless stops it with
+    one line and exit code 4 (pytest.UsageError): a matrix file that does not load, a run named by
+    --benchmark-compare that is not stored, a storage folder a save cannot write in."""
+    config = session.config
+    gs = config.stash.get(SESSION_KEY, None)
+    if gs is not None:
+        gs.load_matrix_file()
+    baseline_store.session_start(config, xdist.worker(config), lambda line: say(config, line))
+    if gs is not None and not xdist.worker(config):
         for line in strays.sweep(gs.out_dir):            # servers a killed run left behind
-            say(session.config, line)
-    baseline_store.session_start(session.config, xdist.worker(session.config), lambda line: say(session.config, line))
+            say(config, line)
 
 
 
@@ -140,9 +146,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     session = metafunc.config.stash[SESSION_KEY]
     try:
-        entries = session.matrix.entries
-    except MatrixError as e:
-        pytest.fail(str(e), pytrace=False)
+        entries, error = session.matrix.entries, None
+    except MatrixError as e:          # a pytest_llmgate_matrix hook's (the file was checked at session start)
+        entries, error = (), str(e)
+    if error is not None:
+        pytest.fail(error, pytrace=False)     # outside the except: no "During handling of …" chain
     per_boot = metafunc.definition.get_closest_marker("boots") is not None
     if per_boot:
         params = [pytest.param(cfg, k, id=cfg.id if session.boots_for(cfg) == 1 else f"{cfg.id}-boot{k}",
@@ -234,9 +242,11 @@ def llmgate_settings(llmgate_session: GateSession) -> Settings:
 @pytest.fixture(scope="session")
 def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
     try:
-        handle = llmgate_session.boot(llmgate_config)
+        handle, error = llmgate_session.boot(llmgate_config), None
     except BootError as e:
-        pytest.fail(str(e), pytrace=False)
+        error = str(e)
+    if error is not None:
+        pytest.fail(error, pytrace=False)     # outside the except: the reason once, no "During handling of …"
     try:
         yield handle
     finally:

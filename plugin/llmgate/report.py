@@ -169,6 +169,8 @@ def markdown(rep: dict[str, Any]) -> str:
     verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
     if rep.get("interrupted") and not c[REGRESSED]:
         verdict_word = "⚠️ interrupted"
+    if rep.get("baseline_not_saved") and not c[REGRESSED]:
+        verdict_word = "❌ baseline not saved"
     dev = rep.get("device") or {}
     engines = sorted({f"{b.get('engine')} {b.get('version') or '?'}" for bs in rep["boots"].values() for b in bs})
     lines = [f"## llmgate: {verdict_word}", "",
@@ -176,6 +178,8 @@ def markdown(rep: dict[str, Any]) -> str:
              f"{c[NO_BASELINE]} without baseline · {c[REFUSED]} not comparable", "",
              f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · engines: {', '.join(engines) or '—'} · "
              f"created {rep['created']}", ""]
+    for line in rep.get("baseline_not_saved") or []:
+        lines += [f"**❌ {line}**: the run fails; what was measured is below and in report.json.", ""]
     stop = rep.get("interrupted")
     if stop:
         during = f" during `{stop['during']}`" if stop.get("during") else ""
@@ -271,7 +275,8 @@ def terminal_section(terminalreporter, gs: Any, hidden: int, reference_name: str
     boots = gs.boots                                        # the workers' too, under pytest-xdist
     verdicts = list(gs.verdicts)
     skipped = skipped_entries(terminalreporter, gs)
-    if not (verdicts or boots or skipped):
+    not_saved = list(getattr(gs, "not_saved", None) or [])
+    if not (verdicts or boots or skipped or not_saved):
         return
     tr = terminalreporter
     tr.section("llmgate")
@@ -309,3 +314,6 @@ def terminal_section(terminalreporter, gs: Any, hidden: int, reference_name: str
             tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
             for v in regressed:
                 tr.write_line("  " + v.line(), red=True)
+    for line in not_saved:
+        tr.write_line("")
+        tr.write_line(f"llmgate: {line}", red=True, bold=True)

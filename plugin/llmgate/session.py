@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from . import baseline as baseline_store
 from . import device, metrics, report, server as server_mod, xdist
 from . import matrix as matrix_mod
 from .interrupt import Interrupts
@@ -35,6 +36,7 @@ class GateSession:
         if self.worker:
             self.out_dir = self.out_dir / self.worker     # the controller merges the workers' reports
         self._matrix: Matrix | None = None
+        self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
         self._matrix_error: str | None = None
         self.pool = ServerPool(lambda: self.matrix, self.out_dir / "logs", self.say, self.boots_for)
         self.servers = self.pool.servers                   # entry id → running Server
@@ -45,6 +47,7 @@ class GateSession:
         self.notes: list[str] = []
         self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
         self.report_files: list[Path] = []
+        self.not_saved: list[str] = []                  # why the baseline was not saved (one line each)
         self.started = time.time()
         # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
         self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
@@ -87,6 +90,22 @@ class GateSession:
         self.finished.add(nodeid)
         self.running = None
 
+    def load_matrix_file(self) -> Matrix:
+        """(pytest_sessionstart) Read and check the matrix file, before anything is collected or
+        booted: a bad one (an unknown key or engine, a model path that does not exist, a model
+        folder without a tokenizer) is one usage error, exit code 4, instead of a collection error
+        in every scenario module.  Without a matrix file this is the embedded default, so a session
+        of other tests is not affected.  The ``pytest_llmgate_matrix`` hooks are applied at first
+        use (``matrix``), when the conftest files that implement them are loaded."""
+        if self._file_matrix is None:
+            explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
+            try:
+                self._file_matrix = matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+            except MatrixError as e:
+                self._matrix_error = str(e)
+                raise pytest.UsageError(str(e)) from None
+        return self._file_matrix
+
     @property
     def matrix(self) -> Matrix:
         """The loaded matrix, after every ``pytest_llmgate_matrix`` hook has adjusted it."""
@@ -95,7 +114,7 @@ class GateSession:
                 raise MatrixError(self._matrix_error)
             explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
             try:
-                loaded = matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+                loaded = self._file_matrix or matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
                 for adjusted in self.config.hook.pytest_llmgate_matrix(config=self.config, matrix=loaded):
                     if adjusted is not None:
                         loaded = adjusted
@@ -169,6 +188,12 @@ class GateSession:
         for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
             say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
         argv = list(session.config.invocation_params.args)
+        # pytest-benchmark saved (or failed to save) before this hook: a baseline that could not be
+        # written fails the run, and what was measured is still reported below
+        not_saved = [line] if (line := baseline_store.save_failure(session.config)) else []
+        if not_saved and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        gs.not_saved = list(not_saved)
         # the regime is known once an entry's decode window ran, maybe after its other verdicts
         gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
                           if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
@@ -198,6 +223,7 @@ class GateSession:
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
             summary["interrupted"] = gs.interrupted
+            summary["baseline_not_saved"] = not_saved
             gs.report_files = report.write_all(summary, gs.out_dir,
                                                None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
         elif xdist.workers(session.config):
@@ -211,7 +237,11 @@ class GateSession:
                 except (OSError, ValueError) as e:
                     gs.notes.append(f"could not read the worker report {f}: {e}")
             if parts:
+                gs.not_saved += [line for r in parts for line in r.get("baseline_not_saved") or []]
+                if gs.not_saved and session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED     # a worker's baseline was not saved
                 gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+                summary["baseline_not_saved"] = list(gs.not_saved)
                 summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
                                                                 None)
                 gs.boots.update(summary["boots"])

@@ -3,9 +3,13 @@ untouched), written atomically, compared only when the fingerprint matches, and 
 is re-measured once before it fails (confirmation run)."""
 
 import json
+import os
 import pathlib
+import stat
+import subprocess
 
 import pytest
+from pytest_benchmark.utils import get_machine_id
 
 import baseline_files
 from llmgate import baseline, device, matrix
@@ -177,10 +181,7 @@ def test_no_stored_run_and_no_stored_test_are_said_per_entry(pytester):
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*| no baseline for this test *|",
                             "*test_measure: no baseline for this test: the stored runs in *baselines hold none*"])
-    r = run(pytester, [[100] * 5], "--benchmark-compare=0042")
-    r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["*llmgate: --benchmark-compare: no stored run matches '0042' in *baselines*",
-                            "*test_measure: no baseline stored: no stored run matches --benchmark-compare=0042 in *"])
+    # a run named that is not stored: test_a_baseline_named_and_not_stored_stops_the_run_before_it_starts
 
 
 def test_engine_change_is_what_is_compared(pytester):
@@ -222,6 +223,159 @@ def test_atomic_save_never_overwrites(tmp_path):
         baseline.atomic_write(target, b"{new}")
     assert target.read_bytes() == b"{}"
     assert [p.name for p in tmp_path.iterdir()] == ["0001_x.json"]   # no temporary file left behind
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002], ids=["umask-022", "umask-077", "umask-002"])
+def test_baseline_files_get_the_mode_of_the_umask(tmp_path, mask):
+    """A baseline is a file others read (a CI job under another user, a reviewer's checkout): written
+    through a temporary file, it still gets the mode of a file created under the user's umask (0644
+    under umask 022), not the temporary file's 0600; a migrated file keeps the mode it had."""
+    legacy = baseline_files.write(tmp_path, "old", {"tests/perf/test_decode.py::test_decode_c1[h200]::decode_tok_s": [100] * 5},
+                                  fingerprint=here_fingerprint())
+    legacy.chmod(0o640)
+    old = os.umask(mask)
+    try:
+        baseline.atomic_write(tmp_path / "0002_x.json", b"{}")
+        assert baseline.migrate_file(legacy) == 1
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "0002_x.json").stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE(legacy.stat().st_mode) == 0o640
+    assert json.loads(legacy.read_text())["benchmarks"][0]["fullname"] == "decode_c1[h200]::decode_tok_s"
+
+
+def test_a_saved_run_is_readable_by_others_under_umask_022(pytester):
+    assert umask() == 0o022, "the pytest process runs under umask 022 here"     # what the assertion below means
+    run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
+    (saved,) = baseline.stored_files(pytester.path / "baselines")
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o644
+
+
+def test_a_baseline_named_and_not_stored_stops_the_run_before_it_starts(pytester):
+    """A typo in a CI job (--benchmark-compare=9999) must not make the gate pass: one line naming what
+    is stored, exit code 4, no test run.  A bare --benchmark-compare with nothing stored still runs,
+    every metric without a baseline (test_no_stored_run_and_no_stored_test_are_said_per_entry)."""
+    store = pytester.path / "baselines"
+    r = run(pytester, [[100] * 5], "--benchmark-compare=9999")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert r.stderr.lines[0] == (f"ERROR: llmgate: --benchmark-compare=9999: no stored run matches '9999' in {store}; "
+                                 f"it holds no stored run (record one with --benchmark-save=NAME). Nothing was run "
+                                 f"(a bare --benchmark-compare compares with the newest)")
+    assert not (pytester.path / "runs.txt").exists()                 # the test never ran
+    run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
+    run(pytester, [[100] * 5], "--benchmark-save=after").assert_outcomes(passed=1)
+    elsewhere = baseline_files.write(pytester.path, "elsewhere", {NAME: [100] * 5}, fingerprint=here_fingerprint())
+    move_to_machine_folder(elsewhere, "Linux-CPython-3.99-64bit")
+    r = run(pytester, [[100] * 5], "--benchmark-compare=9999")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [ln for ln in r.stderr.lines if ln.strip()]
+    assert line == (f"ERROR: llmgate: --benchmark-compare=9999: no stored run matches '9999' in {store}; stored runs: "
+                    f"0001_base, 0002_after ({get_machine_id()}, this interpreter); 0001_elsewhere "
+                    f"(Linux-CPython-3.99-64bit). Nothing was run (a bare --benchmark-compare compares with the newest)")
+    assert not (pytester.path / "runs.txt").exists() and "Traceback" not in r.stdout.str() + r.stderr.str()
+    # a run that is stored is compared, by its number or by its name
+    run(pytester, [[100] * 5], "--benchmark-compare=0002").assert_outcomes(passed=1)
+    run(pytester, [[100] * 5], "--benchmark-compare=0001_elsewhere").assert_outcomes(passed=1)
+
+
+def immutable(folder: pathlib.Path) -> bool:
+    """``chattr +i``: a folder nobody can add a file to, root included (file permissions do not stop
+    root, which the self-tests run as); False where the file system or the container refuses it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how, option", [("a file in the way", "--benchmark-save=base"),
+                                         ("an immutable folder", "--benchmark-autosave")])
+def test_a_storage_that_cannot_be_written_stops_the_run_before_it_starts(pytester, how, option):
+    """Saving, the folder the run will be stored in must take a file before any test runs (or any
+    engine boots): one line, exit code 4.  The folder is made unwritable in ways that stop root too
+    (the self-tests run as root, which file permissions do not stop): ``baselines`` a regular file,
+    where pytest-benchmark wants a folder (works on any file system); or ``chattr +i`` on it (skipped
+    where the file system or the container refuses chattr)."""
+    store = pytester.path / "baselines"
+    if how == "a file in the way":
+        store.write_text("a file where the baselines folder belongs")
+        problem = f"{store} is a file, not a folder"
+    elif not immutable(store):
+        pytest.skip("chattr +i is refused here")
+    else:
+        problem = f"cannot write in {store / get_machine_id()}: Operation not permitted"
+    try:
+        r = run(pytester, [[100] * 5], option)
+    finally:
+        if store.is_dir():
+            subprocess.run(["chattr", "-i", str(store)], check=True)
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [ln for ln in r.stderr.lines if ln.strip()]
+    assert line == (f"ERROR: llmgate: {option}: the baseline cannot be stored: {problem}. Nothing was run (fix the "
+                    f"folder, or store elsewhere with --benchmark-storage=file://DIR)")
+    assert not (pytester.path / "runs.txt").exists() and not (pytester.path / ".llmgate").exists()
+    # a folder that can be written is left as it was: the check makes nothing
+    if store.is_file():
+        store.unlink()
+    (pytester.path / "empty").mkdir()
+    r = run(pytester, [[100] * 5], option, "--benchmark-storage=file://empty")
+    r.assert_outcomes(passed=1)
+    assert len(baseline.stored_files(pytester.path / "empty")) == 1
+
+
+BREAKING_TEST = """
+import pathlib, shutil
+from pytest_benchmark.utils import get_machine_id
+from llmgate import metrics
+
+def test_measure(gate):
+    gate.record(metrics.DECODE_TOK_S, [100.0, 101.0, 99.0, 100.0, 102.0])
+    # the run's folder goes away before the save at the end (a file system that turned read-only
+    # would do; this stops root too): a file where it was
+    folder = pathlib.Path("baselines") / get_machine_id()
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    folder.write_text("a file where the run's folder was")
+"""
+
+
+@pytest.mark.parametrize("xdist_args", [(), ("-n", "1")], ids=["one-process", "xdist"])
+def test_a_baseline_that_cannot_be_written_at_the_end_fails_the_run_in_one_line(pytester, xdist_args):
+    """The save at the end fails: the run fails (exit code 1) with one line saying so, in the terminal
+    and in summary.md, not with pytest-benchmark's traceback through pluggy; llmgate's verdict table,
+    report.json and the run history are written all the same (under pytest-xdist: by the worker that
+    saved, told by the controller)."""
+    if xdist_args:
+        pytest.importorskip("xdist")
+    pytester.makepyfile(test_rec=BREAKING_TEST)
+    r = pytester.runpytest_subprocess("--benchmark-save=base", "-p", "no:cacheprovider", *xdist_args)
+    out = r.stdout.str() + r.stderr.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, out
+    r.assert_outcomes(passed=1)
+    folder = pytester.path / "baselines" / get_machine_id()
+    name = "0001_base-gw0.json" if xdist_args else "0001_base.json"
+    line = (f"baseline not saved: {folder / name} could not be written: {folder} is a file, not a folder")
+    assert out.count(line) == 1, out
+    assert f"llmgate: {line}" in r.stdout.lines
+    for word in ("Traceback", "INTERNALERROR", "FileExistsError"):
+        assert word not in out, (word, out)
+    r.stdout.fnmatch_lines(["*| measure *| decode tok/s (c=1) *| 100.0 tok/s *| no baseline *|"])
+    rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    assert rep["exit_status"] == 1 and rep["baseline_not_saved"] == [line] and len(rep["verdicts"]) == 1
+    from importlib.resources import files
+    import jsonschema
+    jsonschema.validate(rep, json.loads(files("llmgate").joinpath("data/report.schema.json").read_text()))
+    md = (pytester.path / ".llmgate" / "summary.md").read_text()
+    assert md.startswith("## llmgate: ❌ baseline not saved") and f"**❌ {line}**" in md
+    (record,) = (pytester.path / ".llmgate" / "history").rglob("*.json")
+    assert json.loads(record.read_text())["run"]["exit_status"] == 1
+    assert folder.is_file() and not baseline.stored_files(pytester.path / "baselines")
 
 
 def test_a_baseline_of_another_workload_is_not_compared(pytester):

