@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import baseline as baseline_store
-from . import device, load, metrics, signals, stats
+from . import device, load, metrics, noise_prior, signals, stats
 from .load import PromptMaker, Request
 from . import matrix as matrix_mod
 from .matrix import Matrix, Scenarios, ServerConfig
@@ -340,7 +340,7 @@ class Gate:
             model_hash = self.session.model_hash(cfg) if cfg else None
             engine = {"engine": cfg.engine} if cfg else None
         return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
-                                          self.session.matrix.scenarios.workload())
+                                          self.session.matrix.scenarios.workload(cfg.device if cfg else None))
 
     def measurement_boot(self) -> tuple[int, int] | None:
         """(k, K): this test measures boot k of its entry's K (tests marked ``boots``); None otherwise."""
@@ -413,7 +413,8 @@ class Gate:
         prior = baseline_store.baseline_noise(base[1]) if base is not None and not refused else None
         verdict = judge_boots(metric, key, cfg.id if cfg else self.item.name, boots, None if refused else base_boots,
                               self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
-                              base[0] if base else None, prior=prior)
+                              base[0] if base else None, prior=prior,
+                              assumed=noise_prior.assumed(cfg.device if cfg else None, metric))
         noise = Noise.of(boots).pooled(prior)
         self.stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
         regime = self.session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""

@@ -47,13 +47,15 @@ def status_text(v: dict[str, Any]) -> str:
 
 
 def mde_cell(v: dict[str, Any]) -> str:
-    """The minimum detectable effect of a verdict, "≥" when it is a lower bound, "!" when it is
-    above the metric's minimum effect."""
+    """The minimum detectable effect of a verdict, "≥" when it is a lower bound, "~" when it rests on
+    assumed between-boot noise (one boot a side, ``noise_prior``), "!" when it is above the metric's
+    minimum effect."""
     mde = v.get("mde")
     if mde is None:
         return "—"
     lower = "lower bound" in (v.get("mde_basis") or "")
-    return ("≥" if lower else "") + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
+    prefix = "≥" if lower else "~" if v.get("noise_assumed") else ""
+    return prefix + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
 
 
 def verdict_table(verdicts: Iterable[Verdict]) -> str:

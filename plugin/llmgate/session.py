@@ -203,6 +203,13 @@ class GateSession:
                             f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
                             f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
                             f"baseline with --llmgate-boots 2 or more")
+        assumed = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if v.noise_assumed and v.baseline is not None})
+        if assumed:
+            gs.notes.append(f"{len(assumed)} verdict(s) compared one boot a side ({', '.join(assumed[:4])}"
+                            f"{', …' if len(assumed) > 4 else ''}): no boot measured the boot-to-boot noise, so "
+                            f"llmgate's conservative prior for the device stood in for it (their MDE is wide: only what "
+                            f"that noise cannot explain is flagged); record and compare with --llmgate-boots 2 or more "
+                            f"to see smaller changes")
         try:
             from . import history
             written = history.record_session(gs, int(session.exitstatus))

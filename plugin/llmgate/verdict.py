@@ -46,6 +46,9 @@ class Verdict:
     baseline_boot_values: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
     noise: Noise | None = dataclasses.field(default=None, compare=False)
     regime: str = ""                                # gpu-bound | host-bound | cpu (where known)
+    # where the between-boot noise came from when no boots measured it (one boot a side): the prior
+    # assumed for this device and metric (``noise_prior``), said in one line; "" when measured
+    noise_assumed: str = ""
 
     @property
     def failed(self) -> bool:
@@ -87,6 +90,7 @@ class Verdict:
             "boots": {"baseline": self.boots[0], "now": self.boots[1]},
             "boot_values": list(self.boot_values), "baseline_boot_values": list(self.baseline_boot_values),
             "noise": self.noise.as_dict() if self.noise is not None else None, "regime": self.regime,
+            "noise_assumed": self.noise_assumed,
         }
 
     @classmethod
@@ -111,7 +115,7 @@ class Verdict:
                    d.get("mde"), d.get("mde_basis") or "", d.get("boots_needed"),
                    (int(boots.get("baseline") or 0), int(boots.get("now") or 0)),
                    tuple(d.get("boot_values") or ()), tuple(d.get("baseline_boot_values") or ()),
-                   Noise.from_dict(d.get("noise")), d.get("regime") or "")
+                   Noise.from_dict(d.get("noise")), d.get("regime") or "", d.get("noise_assumed") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
@@ -283,7 +287,7 @@ def boots_needed(metric: Metric, var: float, df: int, n_base: int, min_effect: f
 def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Sequence[float]],
                 base_boots: Sequence[Sequence[float]] | None, min_effect: float | None = None,
                 alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None,
-                prior: Noise | None = None) -> Verdict:
+                prior: Noise | None = None, assumed: tuple[Noise, str] | None = None) -> Verdict:
     """Judge one metric with the boot as the unit.
 
     Each boot's value is the median of its repeats.  When the boot-to-boot variance can be
@@ -291,8 +295,11 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     which then stands for the baseline's own boots), the boot values are compared on the log scale
     with a one-sided t-test whose variance pools both sides, and the MDE (alpha, 80% power) follows
     from that variance and the boots a side.  With one boot a side and no stored noise model, the
-    boot-to-boot noise is unknown: the repeats decide (Mann–Whitney, as ``judge``) and the MDE
-    from their spread is a lower bound, said so."""
+    boot-to-boot noise is unknown.  Then ``assumed`` (a conservative between-boot noise for this
+    device and metric, and where it comes from: ``noise_prior.assumed``) stands in for it, so that
+    a move one boot's size can explain is not called a change, and the verdict says the noise was
+    assumed; without it the repeats decide (Mann–Whitney, as ``judge``) and the MDE from their
+    spread is a lower bound, said so."""
     eff = metric.min_effect if min_effect is None else min_effect
     now_boots = [list(map(float, b)) for b in now_boots if b]
     flat_now = [v for b in now_boots for v in b]
@@ -311,12 +318,27 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
             mde = _rel(metric, _mde_log(var, max(noise_now.df, 2 * (k - 1)), k, k, alpha))
             basis = f"against a baseline like this run ({k} boots)"
             need = boots_needed(metric, var, noise_now.df, k, eff, alpha) if mde > eff else None
+        elif assumed is not None and assumed[0].between is not None and now_vals and min(now_vals) > 0:
+            var = max(assumed[0].between, (noise_now.within or 0.0) / max(noise_now.repeats, 1.0), 1e-12)
+            k = len(now_vals)
+            mde = _rel(metric, _mde_log(var, max(assumed[0].df, 1), k, k, alpha))
+            basis = f"against a baseline like this run ({k} boot{'s' * (k != 1)}), between-boot noise assumed"
+            need = boots_needed(metric, var, assumed[0].df, k, eff, alpha) if mde > eff else None
+            return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)),
+                                       boot_values=tuple(now_vals), noise=noise_now, mde=mde, mde_basis=basis,
+                                       boots_needed=need, noise_assumed=assumed[1])
         return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)), boot_values=tuple(now_vals),
                                    noise=noise_now, mde=mde, mde_basis=basis, boots_needed=need)
     base_boots = [list(map(float, b)) for b in base_boots if b]
     flat_base = [v for b in base_boots for v in b]
     base_vals = [median(b) for b in base_boots]
     noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots))
+    source = ""
+    if (noise.between is None or noise.df < 1) and assumed is not None and assumed[0].between is not None:
+        # one boot a side and no stored noise model: the between-boot noise no boot measured is
+        # assumed, conservatively, for this device and metric (the repeats still set a floor)
+        noise = dataclasses.replace(noise, between=assumed[0].between, df=max(assumed[0].df, 1))
+        source = assumed[1]
     common: dict[str, Any] = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
                   boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise)
     if noise.between is None or noise.df < 1 or min(now_vals + base_vals) <= 0:
@@ -350,10 +372,13 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     p_better = float(t_dist.cdf(worse_log / se, noise.df))
     status = _status(worse, eff, p < alpha, _worse_abs(metric, s_base.median, s_now.median), metric.min_abs_effect,
                      p_better < alpha)
-    src = "this run and the baseline's boots" if prior is None else "this run's boots and the baseline's noise model"
+    src = ("this run and the baseline's boots" if prior is None else "this run's boots and the baseline's noise model")
+    if source:
+        src = f"assumed: {source}"
     method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%} (df {noise.df}, {src})")
+    basis = f"boots ({len(lb)} vs {len(ln)})" + (", between-boot noise assumed" if source else "")
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
-                   ci=ci, mde=mde, mde_basis=f"boots ({len(lb)} vs {len(ln)})", boots_needed=need, **common)
+                   ci=ci, mde=mde, mde_basis=basis, boots_needed=need, noise_assumed=source, **common)
 
 
 # -- where a latency's time went ---------------------------------------------------------------

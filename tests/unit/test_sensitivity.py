@@ -130,3 +130,35 @@ def test_one_boot_a_side_says_its_mde_is_a_lower_bound_and_a_stored_noise_model_
     v = judge_boots(metrics.DECODE_TOK_S, "decode_tok_s", "e", now, base, prior=prior)
     assert v.method.startswith("t-test on boot values") and "noise model" in v.method
     assert v.mde > 0.04
+
+
+def test_one_boot_a_side_assumes_the_devices_prior_and_does_not_cry_wolf():
+    """The A/A a new user saw: TTFT c=1 +13.8% on one boot a side, called "regressed" from the
+    repeats of each boot alone.  With the CPU prior standing in for the between-boot noise no boot
+    measured, that is unchanged; a 5× slowdown (the scratch project's slowed engine) still regresses."""
+    from llmgate import noise_prior
+
+    rng = random.Random(3)
+    base = [[0.0249 * (1 + rng.gauss(0, 0.01)) for _ in range(5)]]
+    now = [[0.0249 * 1.138 * (1 + rng.gauss(0, 0.01)) for _ in range(5)]]
+    without = judge_boots(metrics.TTFT_C1, "ttft_c1", "e", now, base)
+    assert without.status == "regressed"                        # what the user saw: a false alarm
+    assumed = noise_prior.assumed("cpu", metrics.TTFT_C1)
+    assert assumed is not None and "prior for a cpu entry" in assumed[1]
+    v = judge_boots(metrics.TTFT_C1, "ttft_c1", "e", now, base, assumed=assumed)
+    assert v.status == UNCHANGED and v.noise_assumed == assumed[1]
+    assert v.method.startswith("t-test on boot values") and "assumed: llmgate's prior" in v.method
+    assert v.mde > 0.5 and "assumed" in v.mde_basis
+    slowed = [[x * 5 for x in now[0]]]
+    assert judge_boots(metrics.TTFT_C1, "ttft_c1", "e", slowed, base, assumed=assumed).status == "regressed"
+    dec = noise_prior.assumed("cpu", metrics.DECODE_TOK_S)
+    d_base, d_slow = [[138.1] * 5], [[19.9] * 5]                 # 40 ms more a model step, as in that project
+    assert judge_boots(metrics.DECODE_TOK_S, "decode_tok_s", "e", d_slow, d_base, assumed=dec).status == "regressed"
+    # measured noise wins: a baseline with a stored noise model, or boots on either side, ignore the prior
+    prior = Noise.of(_run(rng, 5, between=0.02))
+    v = judge_boots(metrics.TTFT_C1, "ttft_c1", "e", now, base, prior=prior, assumed=assumed)
+    assert not v.noise_assumed and "noise model" in v.method
+    # quality figures are not timing: no prior, they keep their repeats
+    assert noise_prior.assumed("cpu", metrics.PASS_RATE) is None and noise_prior.assumed("tpu", metrics.TTFT_C1) is None
+    # and the GPU's prior (used only with --llmgate-boots 1 there) is its own
+    assert noise_prior.assumed("gpu", metrics.DECODE_TOK_S)[0].between != assumed[0].between
