@@ -37,6 +37,11 @@ READABLE_SCHEMAS = (2, 3)   # a schema-2 entry reads as one boot with no noise m
 NOT_FINGERPRINTED = ("min_effect", "boot_timeout_s", "levers", "reference", "launcher", "boots")
 
 
+# The arrival rate a stored workload without one was measured at (stored before an unset rate was
+# resolved per device): its device's default then.
+LEGACY_ARRIVAL_RATE = {"gpu": 16.0, "cpu": 2.0}
+
+
 class BaselineError(ValueError):
     """A stored baseline file that cannot be used; the message names the file and the problem."""
 
@@ -77,7 +82,10 @@ def fingerprint_mismatch(base: dict[str, Any], now: dict[str, Any]) -> list[str]
         problems.append("the baseline does not record its workload (made before request shapes were fingerprinted): "
                         "re-record it")
     elif "workload" in now:
-        bw, nw = base["workload"] or {}, now["workload"] or {}
+        bw, nw = dict(base["workload"] or {}), now["workload"] or {}
+        if bw.get("arrival_rate") is None and nw.get("arrival_rate") is not None:
+            # stored before rates were resolved per device: it ran at its device's default then
+            bw["arrival_rate"] = LEGACY_ARRIVAL_RATE.get(((base.get("config") or {}).get("device")) or "cpu")
         moved = sorted(k for k in set(bw) | set(nw) if bw.get(k) != nw.get(k))
         if moved:
             problems.append("workload differs: " + ", ".join(f"scenarios.{k}: {bw.get(k)!r} → {nw.get(k)!r}"

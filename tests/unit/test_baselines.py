@@ -418,3 +418,22 @@ def test_committed_baselines_are_valid_and_their_raw_arrays_unpack():
             raw = (b.get("extra_info") or {}).get("llmgate", {}).get("raw")
             if raw is not None:
                 assert isinstance(baseline.unpack_raw(raw), dict), f
+
+
+def test_an_unset_arrival_rate_is_the_devices_default_in_the_workload():
+    """The CPU's default arrival rate moved from 2 to 1 req/s (2 overloaded the tiny model's vLLM on
+    2 cores): a baseline stored with the rate unset at the old default is another workload, while
+    the GPU's (16 req/s, unchanged) still compares."""
+    from llmgate import baseline as b
+    from llmgate.matrix import Scenarios
+
+    sc = Scenarios()
+    assert sc.workload()["arrival_rate"] is None
+    assert sc.workload("cpu")["arrival_rate"] == 1.0 and sc.workload("gpu")["arrival_rate"] == 16.0
+    old_cpu = {"config": {"device": "cpu"}, "workload": sc.workload()}
+    old_gpu = {"config": {"device": "gpu"}, "workload": sc.workload()}
+    now_cpu = {"config": {"device": "cpu"}, "workload": sc.workload("cpu")}
+    now_gpu = {"config": {"device": "gpu"}, "workload": sc.workload("gpu")}
+    assert b.fingerprint_mismatch(old_gpu, now_gpu) == []
+    assert b.fingerprint_mismatch(old_cpu, now_cpu) == ["workload differs: scenarios.arrival_rate: 2.0 → 1.0"]
+    assert b.fingerprint_mismatch(now_cpu, now_cpu) == []
