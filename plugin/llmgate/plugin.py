@@ -20,7 +20,7 @@ from . import interrupt
 from .gate import GATE_KEY, Gate
 from .load import PromptMaker
 from .matrix import MatrixError, ServerConfig
-from .server import BootError, ServerDied, ServerHandle
+from .server import BootError, ServerDied, ServerHandle, Unsupported
 from .session import SESSION_KEY, GateSession, say
 from .settings import Settings
 from .verdict import DEFAULT_ALPHA, Verdict
@@ -241,10 +241,15 @@ def llmgate_settings(llmgate_session: GateSession) -> Settings:
 
 @pytest.fixture(scope="session")
 def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
+    skip = None
     try:
         handle, error = llmgate_session.boot(llmgate_config), None
+    except Unsupported as e:                # this machine cannot run it at all: skipped, saying why
+        error, skip = None, str(e)
     except BootError as e:
         error = str(e)
+    if skip is not None:
+        pytest.skip(skip)
     if error is not None:
         pytest.fail(error, pytrace=False)     # outside the except: the reason once, no "During handling of …"
     try:

@@ -25,7 +25,7 @@ import httpx
 from . import signals
 from .load import PromptMaker, completion, run
 from .matrix import Matrix, ServerConfig
-from .server import BootError, Server, ServerHandle
+from .server import BootError, Unsupported, Server, ServerHandle
 
 
 @dataclasses.dataclass
@@ -94,6 +94,8 @@ def probe_max_model_len(cfg: ServerConfig, matrix: Matrix, log_dir: Path, *, sta
         result.boots += 1
         try:
             handle = server.start()
+        except Unsupported:
+            raise                                 # no length of it runs here: the caller skips
         except BootError as e:
             diag = e.diagnosis
             result.attempts.append(Attempt(candidate, False, None, diag.reason if diag else str(e).splitlines()[0]))

@@ -53,6 +53,11 @@ class BootError(RuntimeError):
         self.diagnosis = diagnosis
 
 
+class Unsupported(BootError):
+    """This machine cannot run the configuration at all (``Engine.unsupported``): its tests skip,
+    saying why, instead of failing; nothing was started."""
+
+
 class ServerDied(RuntimeError):
     """The server process ended while it was being used."""
 
@@ -333,6 +338,9 @@ class Server:
         why = self.engine.check_model(self.cfg, model)
         if why:
             raise BootError(f"{self.cfg.id}: {why}")
+        why = self.engine.unsupported(self.cfg, model)
+        if why:
+            raise Unsupported(f"{self.cfg.id}: {why}")
         cfg = self.cfg
         try:
             if cfg.speculative and isinstance(cfg.speculative.get("model"), str):

