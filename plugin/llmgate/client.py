@@ -120,7 +120,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, payload: dict[str, Any
                     raise MalformedStream("stream ended without [DONE]")
     except TimeoutError:
         s.e2e = time.perf_counter() - start
-        s.error = f"timeout: no complete response within {timeout:.0f} s (request timeout)"
+        s.error = f"timeout: no complete response within {timeout:g} s (request timeout)"
         s.text = "".join(text_parts)
         return s
     except MalformedStream as e:

@@ -181,7 +181,17 @@ def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
 
 
 def _warm(_: int) -> int:
+    _import_http_backend()
     return os.getpid()
+
+
+def _import_http_backend() -> None:
+    """What httpx imports on its first connection (anyio's asyncio backend, 0.05–0.1 s), imported
+    ahead: inside a run it would stall the event loop (the streams' stagger) or inflate the probe."""
+    try:
+        import anyio._backends._asyncio  # noqa: F401
+    except ImportError:
+        pass
 
 
 def client_pids() -> list[int]:
@@ -344,16 +354,21 @@ class _Controller:
 
 async def _steady_streams(base_url: str, headers: dict[str, str], spec_: RequestSpec, concurrency: int,
                           rate: float | None, timeout: float, tag: str, report, stop,
-                          stagger: tuple[float, int] = (0.0, 0)) -> list[Sample]:
+                          stagger: tuple[float, int] = (0.0, 0), begin=None) -> list[Sample]:
     """``concurrency`` closed-loop streams (or, with ``rate``, Poisson arrivals at ``rate``/s) until
     ``stop()``; each finished request goes to ``report(start, end, tokens, ok)``.  ``stagger``
-    (seconds, index of this process's first stream): stream k starts k × seconds late."""
+    (seconds, index of this process's first stream): stream k starts k × seconds late.  ``begin()``,
+    called once the client is set up (it may block), says when the clock starts."""
     prompts = _prompt_maker(spec_.tokenizer)
     samples: list[Sample] = []
     counter = iter(range(10**9))
     cap = concurrency if rate is None else 4096
     limits = httpx.Limits(max_connections=cap, max_keepalive_connections=min(cap, 256))
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout, connect=10.0)) as http:
+        if begin is not None:
+            begin()
+        t_start = time.perf_counter()
+
         async def one() -> None:
             req = spec_.request(prompts, tag, next(counter))
             x = await stream_request(http, base_url + req.path, req.payload, timeout, headers)
@@ -363,14 +378,14 @@ async def _steady_streams(base_url: str, headers: dict[str, str], spec_: Request
 
         if rate is None:
             async def loop(k: int) -> None:
-                await asyncio.sleep(stagger[0] * (stagger[1] + k))
+                await asyncio.sleep(max(0.0, t_start + stagger[0] * (stagger[1] + k) - time.perf_counter()))
                 while not stop():
                     await one()
             await asyncio.gather(*(loop(k) for k in range(concurrency)))
         else:
             rng = random.Random(f"llmgate-arrivals:{spec_.seed}:{tag}")
             tasks: set[asyncio.Task] = set()
-            t = time.perf_counter()
+            t = t_start
             while not stop():
                 t += rng.expovariate(rate)
                 while not stop() and (wait := t - time.perf_counter()) > 0:
@@ -395,21 +410,28 @@ def _prompt_maker(tokenizer: str) -> PromptMaker:
     return _PROMPT_MAKERS[tokenizer]
 
 
-_STEADY: dict[str, Any] = {}       # in a client process: the queue to the controller and the stop flag
+# in a client process: the queue to the controller, the stop flag and the start signal
+_STEADY: dict[str, Any] = {}
+_READY = None                      # what a client process puts on the queue once it is ready to send
 
 
-def _steady_init(queue, stop_flag) -> None:
-    _STEADY.update(queue=queue, stop=stop_flag)
+def _steady_init(queue, stop_flag, go) -> None:
+    _STEADY.update(queue=queue, stop=stop_flag, go=go)
 
 
 def _steady_worker(base_url: str, headers: dict[str, str], spec_: RequestSpec, concurrency: int,
                    rate: float | None, timeout: float, tag: str, stagger: tuple[float, int]) -> list[Sample]:
-    q, flag = _STEADY["queue"], _STEADY["stop"]
+    q, flag, go = _STEADY["queue"], _STEADY["stop"], _STEADY["go"]
+
+    def begin() -> None:               # prompt maker and HTTP client ready: wait for the others
+        q.put(_READY)
+        go.wait()                      # every process's streams start together: the stagger holds across them
+
     return asyncio.run(_steady_streams(base_url, headers, spec_, concurrency, rate, timeout, tag,
-                                       lambda *a: q.put(a), flag.is_set, stagger))
+                                       lambda *a: q.put(a), flag.is_set, stagger, begin))
 
 
-_STEADY_POOLS: dict[int, tuple[concurrent.futures.ProcessPoolExecutor, Any, Any]] = {}
+_STEADY_POOLS: dict[int, tuple[concurrent.futures.ProcessPoolExecutor, Any, Any, Any]] = {}
 
 
 def _steady_pool(workers: int):
@@ -417,17 +439,19 @@ def _steady_pool(workers: int):
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
-        q, flag = ctx.Queue(), ctx.Event()
+        q, flag, go = ctx.Queue(), ctx.Event(), ctx.Event()
         pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_steady_init,
-                                                      initargs=(q, flag))
+                                                      initargs=(q, flag, go))
         list(pool.map(_warm, range(workers)))
-        _STEADY_POOLS[workers] = (pool, q, flag)
+        _STEADY_POOLS[workers] = (pool, q, flag, go)
     return _STEADY_POOLS[workers]
 
 
 @atexit.register
 def _shutdown_steady_pools() -> None:
-    for pool, _, _ in _STEADY_POOLS.values():
+    for pool, _, flag, go in _STEADY_POOLS.values():
+        flag.set()
+        go.set()
         pool.shutdown(cancel_futures=True)
     _STEADY_POOLS.clear()
 
@@ -468,27 +492,40 @@ def _steady_run(handle: ServerHandle, spec_: RequestSpec, concurrency: int, sett
     # Seen on the H200 (8B shape, c=8): TTFT p50 32–64 ms from one window part to the next as
     # the streams fell in and out of step.  So the streams start one request's time ÷ N apart
     # (a lone probe request, part of the warm-up, gives that time) and keep their spacing.
+    # The client's own start-up (its processes, the prompt maker) happens before the warm-up's
+    # clock starts: the warm-up and its cap are the server's.
+    prompts = _prompt_maker(spec_.tokenizer)
+    _import_http_backend()
+    pool = None
+    if workers > 1:
+        pool, q, flag, go = _steady_pool(workers)
     probe: list[Sample] = []
     stagger = 0.0
     if rate is None and concurrency > 1:
-        req = spec_.request(_prompt_maker(spec_.tokenizer), "probe", 0)
+        req = spec_.request(prompts, "probe", 0)
         req.payload["max_tokens"] = spec_.payload["max_tokens"]      # the mean length, whatever the spread
         probe = asyncio.run(_gather(handle.base_url, headers, [req], 1, timeout))
         if probe[0].ok:
             stagger = probe[0].e2e / concurrency
-    t0 = time.perf_counter()
-    ctl = _Controller(settings, concurrency, mode, rate, t0)
-    if workers <= 1:
+    if pool is None:
+        ctls: list[_Controller] = []
+
+        def begin() -> None:
+            ctls.append(_Controller(settings, concurrency, mode, rate, time.perf_counter()))
+
         def report(start, end, tokens, ok):
-            ctl.add(start, end, tokens, ok)
+            ctls[0].add(start, end, tokens, ok)
 
         samples = asyncio.run(_steady_streams(handle.base_url, headers, spec_, concurrency, rate, timeout, "s0",
-                                              report, lambda: ctl.stop_now(time.perf_counter()), (stagger, 0)))
+                                              report, lambda: ctls[0].stop_now(time.perf_counter()), (stagger, 0),
+                                              begin))
+        ctl = ctls[0]
+        t0 = ctl.t0
     else:
         import queue as queue_mod
 
-        pool, q, flag = _steady_pool(workers)
         flag.clear()
+        go.clear()
         while True:                       # nothing left from an earlier run
             try:
                 q.get_nowait()
@@ -498,13 +535,28 @@ def _steady_run(handle: ServerHandle, spec_: RequestSpec, concurrency: int, sett
         futures = [pool.submit(_steady_worker, handle.base_url, headers, spec_, shares[i],
                                None if rate is None else rate / workers, timeout, f"s{i}",
                                (stagger, sum(shares[:i]))) for i in range(workers)]
-        while not all(f.done() for f in futures):
-            try:
-                ctl.add(*q.get(timeout=0.05))
-            except queue_mod.Empty:
-                pass
-            if ctl.stop_now(time.perf_counter()):
+        try:
+            ready = 0                     # each process has its prompt maker and client: the clock starts
+            while ready < workers and not any(f.done() for f in futures):
+                try:
+                    ready += q.get(timeout=0.05) is _READY
+                except queue_mod.Empty:
+                    pass
+            if ready < workers:           # a process failed before sending: its error is raised below
                 flag.set()
+            t0 = time.perf_counter()
+            ctl = _Controller(settings, concurrency, mode, rate, t0)
+            go.set()
+            while not all(f.done() for f in futures):
+                try:
+                    ctl.add(*q.get(timeout=0.05))
+                except queue_mod.Empty:
+                    pass
+                if ctl.stop_now(time.perf_counter()):
+                    flag.set()
+        finally:                          # an error here must not leave the processes waiting or sending
+            flag.set()
+            go.set()
         samples = [x for f in futures for x in f.result()]
         samples.sort(key=lambda x: x.start)
     samples = probe + samples

@@ -5,6 +5,7 @@ pull request or ``$GITHUB_STEP_SUMMARY``, and the plots (llmgate.plots)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -215,8 +216,8 @@ def markdown(rep: dict[str, Any]) -> str:
 
 
 def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None) -> list[Path]:
-    """report.json, summary.md and the plots under ``out_dir``; the Markdown is also appended
-    to ``$GITHUB_STEP_SUMMARY`` when that is set.  Returns the files written."""
+    """report.json, summary.md and the plots under ``out_dir`` (not with ``LLMGATE_PLOTS=0``); the
+    Markdown is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.  Returns the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
     path = out_dir / "report.json"
@@ -229,6 +230,8 @@ def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None) -> l
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as f:
             f.write(md + "\n")
+    if os.environ.get("LLMGATE_PLOTS") == "0":     # asked for no plots (llmgate's self-tests: ~0.8 s a session)
+        return files
     try:
         from . import plots
     except ImportError as e:                # matplotlib missing: the rest of the report stands

@@ -16,3 +16,10 @@ XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_T
 def _not_an_xdist_worker_for_nested_pytest(monkeypatch):
     for name in XDIST_ENV:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_plots(monkeypatch):
+    """Sessions that tests start write no plots: importing matplotlib's pyplot is ~0.8 s of each
+    nested pytest (a third of the engine-free tests' time).  test_report.py draws them."""
+    monkeypatch.setenv("LLMGATE_PLOTS", "0")

@@ -94,12 +94,26 @@ def test_stream_cut_short_is_a_failed_sample(server):
     assert not s.ok and "without [DONE]" in s.error
 
 
-def test_hung_stream_times_out(server):
-    SCRIPTS["/hang"] = (200, [(0, event(chunk("a", 1))), (3.0, b"data: [DONE]\n\n")])
+def timed(url, path, timeout=5.0):
     t = time.perf_counter()
-    s = run(server, "/hang", timeout=0.5)
-    assert time.perf_counter() - t < 2.5
-    assert not s.ok and "timeout" in s.error
+    s = run(url, path, timeout)
+    return s, time.perf_counter() - t
+
+
+def test_hung_stream_times_out(server):
+    """The timeout is the whole request's: a stream that trickles a token every 0.1 s for 5 s
+    (no read waits long) stops at 0.5 s.  Its margin is what a quick request costs this machine
+    now (a fresh event loop, client and connection: what the timed-out one pays too), measured
+    before and after it."""
+    SCRIPTS["/quick"] = (200, [(0, event(chunk("a", 1))), (0, b"data: [DONE]\n\n")])
+    SCRIPTS["/hang"] = (200, [(0, event(chunk("a", 1))), *[(0.1, event(chunk("b", n))) for n in range(2, 52)],
+                              (0, b"data: [DONE]\n\n")])
+    quick = [timed(server, "/quick")[1] for _ in range(3)]
+    s, took = timed(server, "/hang", timeout=0.5)
+    quick += [timed(server, "/quick")[1] for _ in range(3)]
+    assert not s.ok and s.error.startswith("timeout: no complete response within 0.5 s") and s.text.startswith("ab"), s.error
+    # not before its time, and not at the stream's end (5 s): at 0.5 s and what a request costs now
+    assert 0.5 <= took < 0.5 + 4 * max(quick), (took, quick)
 
 
 def test_error_event_in_stream(server):

@@ -442,6 +442,7 @@ def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, 
     from llmgate import server
 
     monkeypatch.setattr(device, "_nvml", lambda: fake_nvml(H200))
+    monkeypatch.setattr(vllm.Adapter, "unavailable", lambda self, cfg: None)   # installed or not: the GPU decides
     started = []
     monkeypatch.setattr(server.subprocess, "Popen", lambda *a, **k: started.append(a) or pytest.fail("started"))
     cfg = ServerConfig(id="busy", engine="vllm", model="tiny", device="gpu", gpu_memory_utilization=0.9)

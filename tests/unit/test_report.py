@@ -12,6 +12,16 @@ from llmgate.verdict import judge
 pytest.importorskip("matplotlib")
 
 
+@pytest.fixture(autouse=True)
+def _plots(monkeypatch):
+    monkeypatch.delenv("LLMGATE_PLOTS")          # conftest turns them off for the other tests
+
+
+def test_llmgate_plots_0_leaves_the_plots_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMGATE_PLOTS", "0")
+    assert {f.name for f in report.write_all(build(verdicts()), tmp_path, None)} == {"report.json", "summary.md"}
+
+
 def verdicts():
     out = []
     for c, tok, ttft in ((1, 100.0, 0.02), (4, 300.0, 0.05), (8, 420.0, 0.09)):
