@@ -18,7 +18,7 @@ def fingerprint_for(matrix_path: Path, config_id: str) -> dict:
     m = matrix.load(matrix_path)
     cfg = m.by_id(config_id)
     return baseline.fingerprint(cfg.describe(), tinymodel.model_hash(m.entry_model(cfg)), device.describe(),
-                                {"engine": cfg.engine, "version": "hand-made", "commit": None}, m.scenarios.workload())
+                                {"engine": cfg.engine, "version": "hand-made", "commit": None}, m.scenarios.workload(cfg.device))
 
 
 def write(root: Path, name: str, entries: dict[str, list[float]], matrix_path: Path | None = None,
