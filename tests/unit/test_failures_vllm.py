@@ -31,7 +31,7 @@ ENTRY = """
 id = "{id}"
 engine = "vllm"
 model = "tiny"
-dtype = "bfloat16"
+dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 200_000_000
 """
@@ -150,10 +150,10 @@ def test_api_key_faults_and_hung_stream(pytester, monkeypatch):
     assert not engine_processes(pytester.path)
 
 
-def test_missing_model_path_fails_collection_in_one_line(pytester):
+def test_missing_model_path_stops_the_session_in_one_line(pytester):
     pytester.makefile(".toml", llmgate=ENTRY.format(id="lost").replace('model = "tiny"', 'model = "/no/such/model"'))
     pytester.makepyfile("def test_x(llmgate_server):\n    pass\n")
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    assert r.ret != 0
-    r.stdout.fnmatch_lines(["*llmgate.toml: matrix entry 'lost': key 'model'*/no/such/model*"])
+    assert r.ret == 4                                       # a usage error, before collection and any boot
+    r.stderr.fnmatch_lines(["*llmgate.toml: matrix entry 'lost': key 'model'*/no/such/model*"])
     assert not engine_processes(pytester.path)

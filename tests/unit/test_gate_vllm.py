@@ -20,7 +20,7 @@ BASE_ENTRY = """
 id = "cpu-vllm-tiny"
 engine = "vllm"
 model = "tiny"
-dtype = "bfloat16"
+dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 400_000_000
 """
@@ -35,7 +35,7 @@ def gate_dir(pytester):
 
 def test_server_dying_at_boot_fails_with_log_tail_and_leaves_nothing(gate_dir):
     p = gate_dir
-    # 16k tokens of context cannot fit a 20 MB KV cache (4 KiB per token): vLLM refuses at boot
+    # 16k tokens of context cannot fit a 20 MB KV cache (8 KiB per token in float32): vLLM refuses at boot
     p.makefile(".toml", llmgate=BASE_ENTRY.replace("max_model_len = 1024", "max_model_len = 16384")
                .replace("400_000_000", "20_000_000"))
     r = p.runpytest_subprocess(*SMALL)

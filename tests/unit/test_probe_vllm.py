@@ -20,7 +20,7 @@ MATRIX = """
 id = "cpu-probe"
 engine = "vllm"
 model = "tiny"
-dtype = "bfloat16"
+dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 48_000_000
 """

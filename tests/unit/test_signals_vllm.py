@@ -41,7 +41,7 @@ ENTRY = """
 id = "{id}"
 engine = "vllm"
 model = "tiny"
-dtype = "bfloat16"
+dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 200_000_000
 env = {{ {mark} = "{run}" }}

@@ -56,6 +56,11 @@ def stub(port: int, events: int, gap_s: float) -> None:
 
 
 class Handle:
+    """What load.run and load.steady need of a server handle; the stub has no /metrics."""
+
+    class engine:
+        metrics_path = None
+
     def __init__(self, url):
         self.base_url = url
 
