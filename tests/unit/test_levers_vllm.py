@@ -44,6 +44,7 @@ levers = ["quantization", "speculative", "kv_max_len", "concurrency", "prefix_ca
 [[matrix]]
 id = "mini-fp32"
 dtype = "float32"
+kv_cache_bytes = 48_000_000  # float32 KV is twice bf16's: 24 MB holds 2,688 tokens, not max_model_len
 reference = "mini-bf16"
 levers = ["quantization"]
 
