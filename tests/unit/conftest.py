@@ -1,13 +1,15 @@
-"""The self-tests may run under pytest-xdist: tox -e selftest runs the engine-free ones with -n 2,
-then those marked ``engine`` (a real engine) or ``timing`` (they time the client against a stub
-server) one at a time.  A pytest that a test starts (pytester, a subprocess) must not inherit the
+"""The self-tests may run under pytest-xdist: tox -e selftest runs all but those marked ``timing``
+on two workers (the engine-free ones beside those that boot a real engine only to check what it
+does: a boot that fails, a killed server, a quality change), then those marked ``timing`` one at a
+time: they time the client against a stub server, or assert on what a real engine's speed or
+teardown time shows (an A/A that passes, a slowdown that is caught, no engine left after 10 s).  A pytest that a test starts (pytester, a subprocess) must not inherit the
 worker's identity: pytest-benchmark and llmgate would take it for an xdist worker of their own."""
 
 import pytest
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "timing: times something against a stub server; runs alone, without xdist")
+    config.addinivalue_line("markers", "timing: asserts on what it times (the client against a stub server, an engine's speed or teardown); runs alone, without xdist")
 
 XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 

@@ -31,7 +31,9 @@ from delay_proxy import DelayProxy
 from llmgate import ab, matrix, metrics
 from llmgate.engines import llamacpp
 
-pytestmark = pytest.mark.engine
+# timing too: what it asserts rests on what it times (speeds against each other, or how fast a
+# process tree is gone), so it runs alone, not beside another test
+pytestmark = [pytest.mark.engine, pytest.mark.timing]
 
 MATRIX = """
 [[matrix]]

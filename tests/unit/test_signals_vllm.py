@@ -33,7 +33,9 @@ import pytest
 from llmgate import strays
 from test_leftovers import SLEEP, SLEEP_SH, _dead_pid, _kernel_tells_exit_codes, _plant, marked, wait_until
 
-pytestmark = pytest.mark.engine
+# timing too: what it asserts rests on what it times (speeds against each other, or how fast a
+# process tree is gone), so it runs alone, not beside another test
+pytestmark = [pytest.mark.engine, pytest.mark.timing]
 
 MARK = "LLMGATE_SELFTEST_RUN"
 ENTRY = """
