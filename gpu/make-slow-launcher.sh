@@ -1,16 +1,42 @@
 #!/usr/bin/env bash
-# An engine interpreter whose vLLM is slower by N µs per model step (tests/validation/slowdown):
-#   gpu/make-slow-launcher.sh N [BASE_LAUNCHER]   → prints the new launcher's path
-# BASE_LAUNCHER defaults to $LLMGATE_VLLM_PYTHON (made by gpu/run-gate.sh), else python3.  Point
+# An engine interpreter whose vLLM is made slower on purpose (tests/validation/slowdown):
+#   gpu/make-slow-launcher.sh N [BASE_LAUNCHER]              → prints the new launcher's path
+#   KNOB=prefill gpu/make-slow-launcher.sh N [BASE_LAUNCHER]
+#   KNOB=frontend gpu/make-slow-launcher.sh N [BASE_LAUNCHER]
+# KNOB (default step) picks what N is:
+#   step      N µs more work in every model step (LLMGATE_SLOWDOWN_US)     → vllm-slowN-python
+#   prefill   N µs more work in every step of more than
+#             $LLMGATE_PREFILL_THRESHOLD_TOKENS (default 32) input tokens
+#             (LLMGATE_PREFILL_SLOWDOWN_US; the threshold is written into
+#             the launcher when set here)                                  → vllm-prefillN-python (-tT when set)
+#   frontend  N ms in the API server before the engine sees a request
+#             (LLMGATE_FRONTEND_DELAY_MS)                                  → vllm-frontendNms-python
+# in /tmp/llmgate-slow/.  BASE_LAUNCHER defaults to $LLMGATE_VLLM_PYTHON (made by gpu/run-gate.sh),
+# else python3; a launcher made here may be the base of another (the knobs stack).  Point
 # LLMGATE_VLLM_PYTHON (or an entry's `launcher`, which is not part of the fingerprint) at it: the
 # entry stays comparable with its baseline, as a slower nightly would be.
 set -euo pipefail
-us=${1:?usage: make-slow-launcher.sh MICROSECONDS [BASE_LAUNCHER]}
+usage="usage: [KNOB=step|prefill|frontend] make-slow-launcher.sh N [BASE_LAUNCHER]"
+n=${1:?$usage}
 base=${2:-${LLMGATE_VLLM_PYTHON:-$(command -v python3)}}
 inject=$(cd "$(dirname "$0")/.." && pwd)/tests/validation/slowdown
-out=/tmp/llmgate-slow/vllm-slow${us}-python      # not in /tmp/llmgate-launchers: run-gate.sh exports one variable per launcher there
+case ${KNOB:-step} in
+  step)     var=LLMGATE_SLOWDOWN_US name=slow$n ;;
+  prefill)  var=LLMGATE_PREFILL_SLOWDOWN_US name=prefill$n ;;
+  frontend) var=LLMGATE_FRONTEND_DELAY_MS name=frontend${n}ms ;;
+  *) echo "make-slow-launcher.sh: unknown KNOB '$KNOB' (step, prefill or frontend)" >&2; echo "$usage" >&2; exit 2 ;;
+esac
+settings="$var=$n"
+if [ "${KNOB:-step}" = prefill ] && [ -n "${LLMGATE_PREFILL_THRESHOLD_TOKENS:-}" ]; then
+  settings="$settings LLMGATE_PREFILL_THRESHOLD_TOKENS=$LLMGATE_PREFILL_THRESHOLD_TOKENS"
+  name=$name-t$LLMGATE_PREFILL_THRESHOLD_TOKENS
+fi
+out=/tmp/llmgate-slow/vllm-$name-python      # not in /tmp/llmgate-launchers: run-gate.sh exports one variable per launcher there
 mkdir -p /tmp/llmgate-slow
-line="export PYTHONPATH=\"$inject\${PYTHONPATH:+:\$PYTHONPATH}\" LLMGATE_SLOWDOWN_US=$us"
+if [ "$base" -ef "$out" ]; then
+  echo "make-slow-launcher.sh: $out would overwrite its own base; name another BASE_LAUNCHER" >&2; exit 2
+fi
+line="export PYTHONPATH=\"$inject\${PYTHONPATH:+:\$PYTHONPATH}\" $settings"
 if head -c 2 "$base" | grep -q '#!' && grep -q '^exec ' "$base"; then
   # a launcher script (gpu/run-gate.sh's): the same, with the slowdown before its exec
   awk -v add="$line" '/^exec /{print add} {print}' "$base" > "$out"

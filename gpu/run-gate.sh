@@ -20,7 +20,9 @@
 #    llama.cpp: $LLMGATE_LLAMA_SERVER, else the CUDA build of gpu/build-llama-server-cuda.sh on this
 #    machine; LLMGATE_EXTRAS="gpu llamacpp" also installs gguf (GGUFs are written here).
 #    LLMGATE_SLOWDOWN_US=N: vLLM's launcher is wrapped to be N µs slower per model step
-#    (gpu/make-slow-launcher.sh: the gate's own sensitivity check; the fingerprint stays the same).
+#    (gpu/make-slow-launcher.sh: the gate's own sensitivity check; the fingerprint stays the same);
+#    LLMGATE_PREFILL_SLOWDOWN_US=N: N µs per step with prefill tokens; LLMGATE_FRONTEND_DELAY_MS=N:
+#    N ms in vLLM's API server before the engine sees a request (issue 23).
 # 4. pytest -m gpu --llmgate-matrix $LLMGATE_MATRIX (default matrices/gpu.toml; set and empty: no
 #    --llmgate-matrix, the embedded default's GPU entries) "$@", under
 #    `timeout -s INT $LLMGATE_DEADLINE_S` when that is set (pytest then stops cleanly, stops
@@ -68,13 +70,18 @@ if [ -z "${LLMGATE_LLAMA_SERVER:-}" ]; then
     echo "llamacpp: $b (\$LLMGATE_LLAMA_SERVER)"
   done
 fi
-# the gate's own sensitivity check: vLLM made slower by N µs per model step (tests/validation/slowdown)
-if [ -n "${LLMGATE_SLOWDOWN_US:-}" ]; then
-  LLMGATE_VLLM_PYTHON=$(gpu/make-slow-launcher.sh "$LLMGATE_SLOWDOWN_US")
+# the gate's own sensitivity checks (tests/validation/slowdown): vLLM made slower by N µs per model
+# step (LLMGATE_SLOWDOWN_US), by N µs per step with prefill tokens (LLMGATE_PREFILL_SLOWDOWN_US,
+# above LLMGATE_PREFILL_THRESHOLD_TOKENS, default 32) or by N ms in its API server before the engine
+# sees a request (LLMGATE_FRONTEND_DELAY_MS); several set: their launchers stack
+for knob in step:LLMGATE_SLOWDOWN_US prefill:LLMGATE_PREFILL_SLOWDOWN_US frontend:LLMGATE_FRONTEND_DELAY_MS; do
+  var=${knob#*:}
+  [ -n "${!var:-}" ] || continue
+  LLMGATE_VLLM_PYTHON=$(KNOB=${knob%%:*} gpu/make-slow-launcher.sh "${!var}")
   export LLMGATE_VLLM_PYTHON
-  unset LLMGATE_SLOWDOWN_US
+  unset "$var"
   echo "vllm slowed by its launcher: $LLMGATE_VLLM_PYTHON"
-fi
+done
 # install the carried engines now and run later (a call's carry limit may not fit every part with the run)
 [ -n "${LLMGATE_INSTALL_ONLY:-}" ] && exit 0
 

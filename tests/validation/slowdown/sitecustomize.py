@@ -1,39 +1,130 @@
-"""An engine made slower on purpose, to prove what the gate can see (issue 12's validation).
+"""An engine made slower on purpose, to prove what the gate can see (issues 12 and 23).
 
-Put this folder first on the engine's PYTHONPATH and set LLMGATE_SLOWDOWN_US=N: every forward pass
-of vLLM's Llama model (``LlamaForCausalLM.forward``, which every model step of the V1 and V2 runners
-and of the CPU runner goes through, batch of 1 or of 16) then does N µs more work, in the engine's
-own process — the engine really is slower, not the client path.
+Put this folder first on the engine's PYTHONPATH (gpu/make-slow-launcher.sh writes such a
+launcher) and set one or more of three knobs; each is off when unset or 0, and each prints what
+it did to the engine's log (stderr), so a run shows which one was on:
 
-- On a GPU the extra work is a kernel on the forward's CUDA stream (``torch.cuda._sleep``), so it
-  serialises with the model's own kernels, and it is part of what vLLM captures into its CUDA
-  graphs (the forward is called inside the capture), so it is replayed with every step of every
-  batch size.  (The first version waited before ``GPUModelRunner.execute_model``: the V2 runner
-  overlapped it with batched steps, c=8 was not slowed at all.)  Its length in GPU cycles is
-  calibrated once, at the first forward outside a capture (vLLM's memory-profiling run), against
-  CUDA events at the clock the GPU runs at then, and printed to the engine's log:
-  "llmgate slowdown: … µs per forward asked, … measured by CUDA events".
-- On the CPU it is a busy wait of N µs (time.perf_counter) before the forward, measured the same way.
+- ``LLMGATE_SLOWDOWN_US=N`` (issue 12, the step knob): every forward pass of vLLM's Llama model
+  (``LlamaForCausalLM.forward``, which every model step of the V1 and V2 runners and of the CPU
+  runner goes through, batch of 1 or of 16) does N µs more work, in the engine's own process —
+  the engine really is slower, not the client path.  A step of length t becomes t + N long, a
+  slowdown of N / (t + N): decode and throughput move, TTFT a little.  Log: "llmgate slowdown: …".
+- ``LLMGATE_PREFILL_SLOWDOWN_US=N`` (issue 23, prefill only): the same N µs of extra work, but
+  only in forward passes whose number of input tokens exceeds ``LLMGATE_PREFILL_THRESHOLD_TOKENS``
+  (default 32), i.e. steps that carry prefill tokens.  The count is the length of the forward's
+  ``positions`` argument (its last dimension; else ``input_ids``' or ``inputs_embeds``' first;
+  with none of them the log says so once and nothing is slowed).  In vLLM 0.32.0's sources the
+  runners pass it by keyword, cut to the step's padded size: V1 ``GPUModelRunner._model_forward``
+  (``self.positions[:num_input_tokens]``) and ``_dummy_run`` (``[:num_tokens_padded]``), which the
+  CPU runner inherits; V2 (vllm/v1/worker/gpu/model_runner.py) ``self.model(**model_inputs)``
+  with ``input_batch.positions`` = ``input_buffers.positions[:num_tokens_after_padding]``; on a GPU
+  that is the CUDA-graph-padded size.  ``LlamaForCausalLM.forward(input_ids, positions,
+  intermediate_tensors=None, inputs_embeds=None)`` there; 0.26.0's runner source was not read here
+  (the step knob, wrapping the same method, ran on it: gpu/README.md).  A pure decode step at up
+  to 32 concurrent requests carries at most 32 tokens (padded to a capture size of at most 32) and
+  is never slowed; a step with one of the gate's 64–128-token prompts always is.  Under CUDA
+  graphs the kernel is captured with the graphs of sizes above the threshold and replayed with
+  them — wanted, since decode-only steps at low concurrency use the small sizes.  Not prefill-only
+  where a decode-only step carries more than the threshold: above 32 concurrent requests, or with
+  speculative decoding (1 + k tokens a request); raise the threshold there.  (Prefix caching
+  could leave fewer new tokens to a step; the gate's prompts share no prefix, llmgate/load.py.)
+  Meant to lengthen the engine's prefill (TTFT, and vLLM's own ``request_prefill_time_seconds``
+  and ``time_to_first_token_seconds``), for the gate to flag and attribute to prefill.
+  Log: "llmgate prefill slowdown: …".
+- ``LLMGATE_FRONTEND_DELAY_MS=N`` (issue 23, front end): the API server's OpenAI handlers
+  (``OpenAIServingCompletion.create_completion`` in ``vllm.entrypoints.openai.completion.serving``
+  and ``OpenAIServingChat.create_chat_completion`` in
+  ``vllm.entrypoints.openai.chat_completion.serving``, the modules of vLLM 0.26 and 0.32; the
+  pre-0.15 names ``vllm.entrypoints.openai.serving_completion`` / ``serving_chat`` are tried too)
+  first ``await asyncio.sleep(N / 1000)``, then run as before (vLLM's API server runs on uvloop,
+  whose timers count whole milliseconds, ``round(delay * 1000)``: give a whole N; 2.5 would wait
+  2 ms, give or take the loop's millisecond clock).  The client's TTFT grows by N ms;
+  the engine's own TTFT histogram (``vllm:time_to_first_token_seconds``) should not, because its
+  start, the request's ``arrival_time``, is taken later, inside the handler:
+  ``create_completion`` → ``_create_completion`` → ``render_completion_request`` (after
+  ``_check_model``) → ``OnlineRenderer.render_completion`` → ``preprocess_completion`` →
+  ``preprocess_cmpl`` →
+  ``BaseRenderer.render_cmpl_async`` (vllm/renderers/base.py), whose first line is
+  ``arrival_time = time.time()``, stored in the ``EngineInput`` (``engine_input["arrival_time"]``)
+  and taken from there by ``InputProcessor.process_inputs`` (``prompt.get("arrival_time",
+  time.time())``) into the ``EngineCoreRequest``; the output processor's
+  ``RequestStateStats.arrival_time`` is that value and ``IterationStats`` observes
+  ``first_token_latency = iteration_timestamp - arrival_time`` (vllm/v1/metrics/stats.py).  Chat:
+  ``render_chat_request`` → ``render_chat`` → ``preprocess_chat`` → ``render_chat_async``, the
+  same first line.  Read in
+  vLLM 0.32.0's sources (the CPU build); nothing before the handler in the route
+  (``@with_cancellation``, ``@load_aware_call``, ``validate_json_request``) nor a middleware
+  (vllm/entrypoints/serve/middleware/) takes the arrival time.
+  For 0.26.0 (the H200's; its source was not read here): its API reference
+  (docs.vllm.ai/en/v0.26.0/api/vllm/entrypoints/openai/completion/serving/) has the same module
+  and class (``OpenAIServingCompletion``, based on ``GenerateBaseServing``, its source from line
+  55 as in 0.32.0); a version of the file stored from the public repository (commit 030ea52e,
+  also on ``GenerateBaseServing``) has the same ``create_completion`` → ``_create_completion`` →
+  ``render_completion_request`` order; vLLM PR 47787 (merged 2026-07-07, before 0.26.0) says the
+  Python front end "stamps it at the renderer entry, before both" rendering and tokenizing; the
+  chat module is in the API references of 0.24.0 and 0.29.0.  So the sleep, at the handler's first
+  line, comes before arrival_time: a pure front-end delay, seen in the client's TTFT and in the
+  gate's "front end: client − engine TTFT", not in the engine's timers.  A name not found is said
+  in the log ("NOT delayed"), never guessed around.  (vLLM's optional Rust front end,
+  ``VLLM_USE_RUST_FRONTEND=1``, off by default, bypasses these handlers: no delay there.)
+  Log: "llmgate frontend delay: …".
 
-A step of length t becomes t + N long, a slowdown of N / (t + N); the gate's figures are checked
-against that in the closing note.  Used by gpu/make-slow-launcher.sh.
+How the GPU knobs work: the extra work is a kernel on the forward's CUDA stream
+(``torch.cuda._sleep``), so it serialises with the model's own kernels, and it is part of what
+vLLM captures into its CUDA graphs (the forward is called inside the capture), so it is replayed
+with every step of the sizes it was captured for.  (The first version waited before
+``GPUModelRunner.execute_model``: the V2 runner overlapped it with batched steps, c=8 was not
+slowed at all.)  Its length in GPU cycles is calibrated once, at the first forward outside a
+capture that needs it (vLLM's memory-profiling run, whose token count is above any threshold),
+against CUDA events at the clock the GPU runs at then, and printed to the engine's log:
+"llmgate slowdown: … µs per forward asked, … measured by CUDA events".  On the CPU it is a busy
+wait of N µs (time.perf_counter) before the forward, its first one measured the same way.
+
+The gate's figures are checked against these in the closing notes of gpu/README.md.
 """
 
+import asyncio
+import functools
 import importlib.abc
+import inspect
 import os
 import sys
 import time
 
-_US = float(os.environ.get("LLMGATE_SLOWDOWN_US", "0") or 0)
+
+def _number(name: str, default: float = 0.0) -> float:
+    return float(os.environ.get(name, "") or default)
+
+
+_US = _number("LLMGATE_SLOWDOWN_US")
+_PREFILL_US = _number("LLMGATE_PREFILL_SLOWDOWN_US")
+_PREFILL_THRESHOLD = int(_number("LLMGATE_PREFILL_THRESHOLD_TOKENS", 32))
+_FRONTEND_MS = _number("LLMGATE_FRONTEND_DELAY_MS")
+
 # the model every gate entry of the GPU matrices and the CPU defaults is declared as (a Llama shape)
-_TARGETS = ("vllm.model_executor.models.llama",)
-_state: dict = {}
+_LLAMA = "vllm.model_executor.models.llama"
+# the OpenAI handlers' entry coroutines: (module, class, method); vLLM 0.26 and 0.32, then pre-0.15
+_HANDLERS = (
+    ("vllm.entrypoints.openai.completion.serving", "OpenAIServingCompletion", "create_completion"),
+    ("vllm.entrypoints.openai.chat_completion.serving", "OpenAIServingChat", "create_chat_completion"),
+    ("vllm.entrypoints.openai.serving_completion", "OpenAIServingCompletion", "create_completion"),
+    ("vllm.entrypoints.openai.serving_chat", "OpenAIServingChat", "create_chat_completion"),
+)
+_PER_PREFILL = f"per forward of more than {_PREFILL_THRESHOLD} input tokens"
+# what the knobs did in this process (the unit test reads it): forward calls that queued or did the
+# prefill wait, handler calls that were delayed; and each wait's calibration
+_state: dict = {"prefill_waits": 0, "frontend_delays": 0}
 
 
-def _wait_gpu(torch) -> None:
-    cycles = _state.get("cycles")
-    if cycles is None:
-        # cycles per µs at the clock the GPU runs at now, from a 2 ms probe (after a warm one)
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --- the model step: GPU kernel or CPU busy wait -------------------------------------------------
+
+def _per_us(torch) -> float:
+    """GPU cycles per µs at the clock the GPU runs at now, from a 2 ms probe (after warm ones)."""
+    if "per_us" not in _state:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         probe = 2_000_000
         for _ in range(3):
@@ -41,48 +132,123 @@ def _wait_gpu(torch) -> None:
             torch.cuda._sleep(probe)
             end.record()
             end.synchronize()
-        per_us = probe / (start.elapsed_time(end) * 1000.0)
-        cycles = _state["cycles"] = max(1, int(_US * per_us))
+        _state["per_us"] = probe / (start.elapsed_time(end) * 1000.0)
+    return _state["per_us"]
+
+
+def _wait_gpu(torch, key: str, us: float, what: str, per: str = "per forward") -> None:
+    """Queue ``us`` µs of GPU work (calibrated at its first call, which must be outside a capture)."""
+    cycles = _state.get(key)
+    if cycles is None:
+        per_us = _per_us(torch)
+        cycles = _state[key] = max(1, int(us * per_us))
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         torch.cuda._sleep(cycles)
         end.record()
         end.synchronize()
-        print(f"llmgate slowdown: {_US:g} µs per forward asked, {start.elapsed_time(end) * 1000:.1f} µs measured by CUDA "
-              f"events ({cycles} GPU cycles, {per_us:.0f} cycles/µs)", file=sys.stderr, flush=True)
+        _say(f"{what}: {us:g} µs {per} asked, {start.elapsed_time(end) * 1000:.1f} µs measured by CUDA "
+             f"events ({cycles} GPU cycles, {per_us:.0f} cycles/µs)")
     torch.cuda._sleep(cycles)
 
 
-def _wait_cpu() -> None:
-    t_end = time.perf_counter() + _US / 1e6
+def _wait_cpu(key: str, us: float, what: str, per: str = "per forward") -> None:
+    t0 = time.perf_counter()
+    t_end = t0 + us / 1e6
     while time.perf_counter() < t_end:
         pass
-    if not _state.get("said"):
-        _state["said"] = True
-        t0 = time.perf_counter()
-        t_end = t0 + _US / 1e6
-        while time.perf_counter() < t_end:
-            pass
-        print(f"llmgate slowdown: {_US:g} µs per forward asked, {(time.perf_counter() - t0) * 1e6:.1f} µs measured "
-              f"(CPU busy wait)", file=sys.stderr, flush=True)
+    if key not in _state:
+        _state[key] = True
+        _say(f"{what}: {us:g} µs {per} asked, {(time.perf_counter() - t0) * 1e6:.1f} µs measured "
+             f"(CPU busy wait)")
 
 
-def _patch(module) -> None:
+def _num_tokens(args: tuple, kwargs: dict) -> int | None:
+    """The step's token count from forward(input_ids, positions, intermediate_tensors, inputs_embeds)."""
+    for name, index, dim in (("positions", 1, -1), ("input_ids", 0, 0), ("inputs_embeds", 3, 0)):
+        value = kwargs[name] if name in kwargs else (args[index] if len(args) > index else None)
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[dim])
+    return None
+
+
+def _patch_llama(module) -> None:
     cls = module.LlamaForCausalLM
     original = cls.forward
 
     def forward(self, *args, **kwargs):
         import torch
 
+        prefill = False
+        if _PREFILL_US > 0:
+            n = _num_tokens(args, kwargs)
+            prefill = n is not None and n > _PREFILL_THRESHOLD
+            if n is None and "no_count" not in _state:
+                _state["no_count"] = True
+                _say("llmgate prefill slowdown: no token count in this forward's arguments, not slowed")
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            if "cycles" in _state or not torch.cuda.is_current_stream_capturing():
-                _wait_gpu(torch)            # calibrated outside a capture; inside one, captured with the step
+            capturing = torch.cuda.is_current_stream_capturing()
+            # calibrated outside a capture; inside one, captured with the step
+            if _US > 0 and ("cycles" in _state or not capturing):
+                _wait_gpu(torch, "cycles", _US, "llmgate slowdown")
+            if prefill and ("prefill_cycles" in _state or not capturing):
+                _wait_gpu(torch, "prefill_cycles", _PREFILL_US, "llmgate prefill slowdown", _PER_PREFILL)
+                _state["prefill_waits"] += 1
         else:
-            _wait_cpu()
+            if _US > 0:
+                _wait_cpu("said", _US, "llmgate slowdown")
+            if prefill:
+                _wait_cpu("prefill_said", _PREFILL_US, "llmgate prefill slowdown", _PER_PREFILL)
+                _state["prefill_waits"] += 1
         return original(self, *args, **kwargs)
 
     cls.forward = forward
-    print(f"llmgate slowdown: {module.__name__}.{cls.__name__}.forward does {_US:g} µs more work per call "
-          f"(pid {os.getpid()})", file=sys.stderr, flush=True)
+    if _US > 0:
+        _say(f"llmgate slowdown: {module.__name__}.{cls.__name__}.forward does {_US:g} µs more work per call "
+             f"(pid {os.getpid()})")
+    if _PREFILL_US > 0:
+        _say(f"llmgate prefill slowdown: {module.__name__}.{cls.__name__}.forward does {_PREFILL_US:g} µs more "
+             f"work per call of more than {_PREFILL_THRESHOLD} input tokens (pid {os.getpid()})")
+
+
+# --- the API server: a delay before the handler renders the request --------------------------
+
+def _delayed(original):
+    @functools.wraps(original)
+    async def handler(self, *args, **kwargs):
+        await asyncio.sleep(_FRONTEND_MS / 1000.0)      # before the renderer takes arrival_time
+        _state["frontend_delays"] += 1
+        return await original(self, *args, **kwargs)
+
+    handler._llmgate_delayed = True
+    return handler
+
+
+def _patch_handlers(module) -> None:
+    for name, cls_name, method in _HANDLERS:
+        if name != module.__name__:
+            continue
+        cls = getattr(module, cls_name, None)
+        original = getattr(cls, method, None)
+        if original is None or not inspect.iscoroutinefunction(original):
+            _say(f"llmgate frontend delay: {name} has no coroutine {cls_name}.{method}: NOT delayed")
+            continue
+        if getattr(original, "_llmgate_delayed", False):     # a module re-exporting a class already delayed
+            continue
+        setattr(cls, method, _delayed(original))
+        _say(f"llmgate frontend delay: {name}.{cls_name}.{method} waits {_FRONTEND_MS:g} ms before it "
+             f"renders the request (pid {os.getpid()})")
+
+
+# --- the import hook -------------------------------------------------------------------------
+
+_PATCHES: dict = {}
+if _US > 0 or _PREFILL_US > 0:
+    _PATCHES[_LLAMA] = _patch_llama
+if _FRONTEND_MS > 0:
+    _PATCHES.update((name, _patch_handlers) for name, _, _ in _HANDLERS)
+_TARGETS = tuple(_PATCHES)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -98,14 +264,15 @@ class _Finder(importlib.abc.MetaPathFinder):
         else:
             return None
         exec_module = spec.loader.exec_module
+        patch = _PATCHES[name]
 
         def patched_exec(module):
             exec_module(module)
-            _patch(module)
+            patch(module)
 
         spec.loader.exec_module = patched_exec
         return spec
 
 
-if _US > 0:
+if _TARGETS:
     sys.meta_path.insert(0, _Finder())
