@@ -40,9 +40,11 @@ def test_the_seeds_levers_run_and_every_lever_assertion_can_fail(pytester):
     for f in LEVERS:
         shutil.copy(PERF / f, pytester.path / f)
     shutil.copy(MATRIX, pytester.path / "llmgate.toml")
+    (pytester.path / "baselines" / "reference").mkdir(parents=True)
+    shutil.copy(SEED, pytester.path / "baselines" / "reference")
     baseline_files.write(pytester.path, "claims", CLAIMS, matrix_path=pytester.path / "llmgate.toml")
     r = pytester.runpytest_subprocess("--llmgate-repeats", "3", "--benchmark-compare", "-p", "no:cacheprovider",
-                                      "-rfs", "--llmgate-no-confirm", "--llmgate-reference", str(SEED),
+                                      "-rfs", "--llmgate-no-confirm", "--llmgate-reference", "seed-rtx4070",
                                       "--durations=10")
     out = r.stdout.str()
     print(out)
