@@ -17,7 +17,12 @@ import pytest
 import llmgate
 from llmgate import metrics
 
-MAX_OVERHEAD_S = 0.010        # "a few ms": client TTFT − engine TTFT, median over repeats, at c=1
+# client TTFT − engine TTFT, median over repeats, at c=1.  What it holds is the client and the API
+# server's own path (HTTP, the handler before the engine's clock starts, the streamed event back).
+# On a GPU host "a few ms" (H200: 3.7–5.7 ms); on a CPU entry the client, the API server and the
+# engine share the cores (on 2 cores the engine's busy loop and its worker take most of both), so
+# the same path measured 4 ms on a quiet hour and 11.3 ms (10.3–13.3) on a slow one: 25 ms there
+MAX_OVERHEAD_S = {"gpu": 0.010, "cpu": 0.025}
 MAX_CLIENT_CPU_SHARE = 0.5    # half of one core: far from saturating the client process
 
 
@@ -50,8 +55,10 @@ def test_client_overhead(gate):
         gate.record(metrics.CLIENT_OVERHEAD, overheads, f"c{n}")
         gate.record(metrics.CLIENT_CPU, cpu_shares, f"c{n}", client_processes=gate.client_workers(n))
         summary[n] = (statistics.median(overheads), statistics.median(cpu_shares))
-    assert summary[1][0] < MAX_OVERHEAD_S, (
-        f"client TTFT is {summary[1][0] * 1000:.1f} ms above the engine's own at c=1 (limit {MAX_OVERHEAD_S * 1000:.0f} ms)")
+    limit = MAX_OVERHEAD_S[gate.entry.device]
+    assert summary[1][0] < limit, (
+        f"client TTFT is {summary[1][0] * 1000:.1f} ms above the engine's own at c=1 (limit {limit * 1000:.0f} ms "
+        f"on a {gate.entry.device} entry)")
     for n in (8, 16):
         assert summary[n][1] < MAX_CLIENT_CPU_SHARE, (
             f"the client used {summary[n][1]:.0%} of a core at c={n}: it could become the bottleneck")
