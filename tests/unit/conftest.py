@@ -2,8 +2,8 @@
 on two workers (the engine-free ones beside those that boot a real engine only to check what it
 does: a boot that fails, a killed server, a quality change), then those marked ``timing`` one at a
 time: they time the client against a stub server, or assert on what a real engine's speed or
-teardown time shows (an A/A that passes, a slowdown that is caught, no engine left after 10 s).  A pytest that a test starts (pytester, a subprocess) must not inherit the
-worker's identity: pytest-benchmark and llmgate would take it for an xdist worker of their own."""
+teardown time shows (an A/A that passes, a slowdown that is caught, no engine left after 10 s).
+A pytest that a test starts (pytester, a subprocess) must not inherit the worker's identity: pytest-benchmark and llmgate would take it for an xdist worker of their own."""
 
 import pytest
 
