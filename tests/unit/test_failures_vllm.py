@@ -34,6 +34,7 @@ model = "tiny"
 dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 200_000_000
+env = {{ VLLM_ENABLE_V1_MULTIPROCESSING = "0" }}   # the worker inside EngineCore: one import fewer a boot (conftest.py)
 """
 
 KILL_TESTS = """

@@ -23,6 +23,7 @@ model = "tiny"
 dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 400_000_000
+env = { VLLM_ENABLE_V1_MULTIPROCESSING = "0" }   # the worker inside EngineCore: one import fewer a boot (conftest.py)
 """
 SMALL = ["--llmgate-repeats", "4", "--llmgate-concurrency", "4", "-p", "no:cacheprovider", "-k", "not arrival"]
 

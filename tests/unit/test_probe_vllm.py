@@ -23,6 +23,7 @@ model = "tiny"
 dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 48_000_000
+env = { VLLM_ENABLE_V1_MULTIPROCESSING = "0" }   # the worker inside EngineCore: one import fewer a boot (conftest.py)
 """
 
 

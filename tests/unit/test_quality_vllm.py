@@ -27,6 +27,7 @@ model = "{model}"
 dtype = "float32"
 max_model_len = 1024
 kv_cache_bytes = 200_000_000
+env = {{ VLLM_ENABLE_V1_MULTIPROCESSING = "0" }}   # the worker inside EngineCore: one import fewer a boot (conftest.py)
 levers = ["quality"]
 """
 COMMON = ["-p", "no:cacheprovider", "--llmgate-hypothesis-examples", "8"]
