@@ -8,7 +8,7 @@ stored with the keys of llmgate 0.1 (``tests/perf/test_decode.py::test_decode_c1
 are read as the new keys, and ``python -m llmgate.baseline migrate DIR`` rewrites them.
 
 This is the one module that touches pytest-benchmark's internals (its session object, its
-fixture class, its storage); ``RELIES_ON`` lists them and ``tests/unit/test_benchmark_internals.py``
+fixture class, its storage); ``RELIES_ON`` lists them and ``tests/plugin/test_benchmark_internals.py``
 fails, naming the missing one, when a pytest-benchmark release changes them.  Its timing data are the metric's values in
 "bigger is worse" form (seconds as they are; tok/s as seconds per token), so
 ``--benchmark-compare-fail=median:10%`` works in the right direction, and its
@@ -106,7 +106,7 @@ def _short(v: Any) -> str:
     return json.dumps(v, sort_keys=True)[:200]
 
 
-# What this module relies on in pytest-benchmark (checked by tests/unit/test_benchmark_internals.py):
+# What this module relies on in pytest-benchmark (checked by tests/plugin/test_benchmark_internals.py):
 RELIES_ON = {
     "config attribute": ["_benchmarksession"],
     "options": ["benchmark_storage", "benchmark_compare", "benchmark_save", "benchmark_autosave",

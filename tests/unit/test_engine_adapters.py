@@ -1,6 +1,6 @@
 """The llama.cpp, MLX-LM and SGLang adapters: command lines per configuration, and what they read
 from their engines' signals.  SGLang's are read from real SGLang 0.5.17 output recorded on an
-H200 (tests/unit/data/sglang-0.5.17-h200, see its README); the real runs of llama.cpp and
+H200 (tests/data/sglang-0.5.17-h200, see its README); the real runs of llama.cpp and
 MLX-LM are the gate's CPU scenarios."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 from llmgate import engines, signals
 from llmgate.matrix import ServerConfig
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 SGLANG = DATA / "sglang-0.5.17-h200"
 
 

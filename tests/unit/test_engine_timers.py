@@ -13,7 +13,7 @@ import pytest
 from llmgate import device, engines, metrics, signals
 from llmgate.verdict import attribution, judge_boots
 
-SGLANG = Path(__file__).parent / "data" / "sglang-0.5.17-h200"
+SGLANG = Path(__file__).parents[1] / "data" / "sglang-0.5.17-h200"
 
 # vLLM's histogram names (vllm/v1/metrics/loggers.py, 0.26.0 and 0.32.0) with two label sets,
 # as a two-engine server shows them: the means are over both

@@ -20,7 +20,7 @@ def test_a_length_left_waiting_is_retried_at_what_one_request_can_hold(monkeypat
     the whole KV cache, booted, but its request waited; /metrics say 10,013 blocks of 16, one of
     them never given to a request.  The next boot is at 160,192 and nothing longer is tried.
     (The servers here are stand-ins: no engine on this machine boots at a length it cannot serve;
-    tests/unit/test_probe_vllm.py runs the probe against real vLLM.)"""
+    tests/engine/test_probe_vllm.py runs the probe against real vLLM.)"""
     room, boots = 10_012 * 16, []
 
     class Handle:

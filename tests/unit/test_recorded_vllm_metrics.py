@@ -8,7 +8,7 @@ from pathlib import Path
 from llmgate import engines, probe
 from llmgate.signals import Delta, Scrape
 
-DATA = Path(__file__).parent / "data" / "vllm-0.32.0-cpu-ngram"
+DATA = Path(__file__).parents[1] / "data" / "vllm-0.32.0-cpu-ngram"
 
 
 def scrape(name):

@@ -1,7 +1,7 @@
 """The busy-GPU check on a real GPU: a second process (PyTorch) holds GPU memory, then the
 check runs for a vLLM entry whose budget cannot fit and prints what a user of the gate sees;
 then once more for a budget that fits (no message).  ``--record FILE`` keeps the NVML answers
-the check read, for the CPU unit test (tests/unit/test_leftovers.py replays them).
+the check read, for the CPU unit test (tests/plugin/test_leftovers.py replays them).
 
     python tests/validation/busy_gpu.py --hold-gib 100 --util 0.9 [--record nvml.json]
 

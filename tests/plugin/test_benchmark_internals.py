@@ -8,6 +8,8 @@ import json
 
 from llmgate import baseline
 
+pytest_plugins = ["pytester"]
+
 CONFTEST = """
 import json, pytest
 

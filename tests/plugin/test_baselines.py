@@ -14,6 +14,8 @@ from pytest_benchmark.utils import get_machine_id
 import baseline_files
 from llmgate import baseline, device, matrix
 
+pytest_plugins = ["pytester"]
+
 RECORDING_TEST = """
 import json, os, pathlib
 from llmgate import metrics

@@ -9,6 +9,8 @@ import pytest
 
 from llmgate import changepoint, history
 
+pytest_plugins = ["pytester"]
+
 PROV = {"engine": {"engine": "vllm", "version": "0.32.0", "commit": None}, "device": {"cpu": "test cpu"},
         "model_hash": "ab" * 32, "config_fingerprint": "0123456789abcdef", "config": {"id": "e"}}
 

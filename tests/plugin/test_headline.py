@@ -13,6 +13,8 @@ import pytest
 
 from llmgate import device, matrix
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[2]
 GPU_ENTRIES = [e.id for e in matrix.load(matrix.DEFAULT_MATRIX).entries if e.device == "gpu"]
 

@@ -37,9 +37,7 @@ import pytest
 from engine_procs import engine_processes
 from llmgate import history, tinymodel
 
-# timing too: what it asserts rests on what it times (speeds against each other, or how fast a
-# process tree is gone), so it runs alone, not beside another test
-pytestmark = [pytest.mark.engine, pytest.mark.timing]
+pytestmark = pytest.mark.real_engine      # (and timing: its folder)
 
 REPO = Path(__file__).resolve().parents[2]
 SLOWDOWN = REPO / "tests" / "validation" / "slowdown"       # sitecustomize: a busy wait per model forward

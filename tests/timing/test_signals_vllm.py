@@ -31,11 +31,11 @@ import psutil
 import pytest
 
 from llmgate import strays
-from test_leftovers import SLEEP, SLEEP_SH, _dead_pid, _kernel_tells_exit_codes, _plant, marked, wait_until
+from stand_ins import SLEEP, SLEEP_SH, ended_process, kernel_tells_exit_codes, marked, plant, wait_until
 
-# timing too: what it asserts rests on what it times (speeds against each other, or how fast a
-# process tree is gone), so it runs alone, not beside another test
-pytestmark = [pytest.mark.engine, pytest.mark.timing]
+pytest_plugins = ["pytester"]
+
+pytestmark = pytest.mark.real_engine      # (and timing: its folder)
 
 MARK = "LLMGATE_SELFTEST_RUN"
 ENTRY = """
@@ -277,14 +277,14 @@ def test_sigkill_of_an_xdist_worker_leaves_no_engine(pytester):
 def test_stale_record_is_swept_and_a_dead_engine_core_explains_itself(pytester):
     run = setup_run(pytester, KILL_CORE, entry="victim")
     token = f"llmgate-test-{uuid.uuid4().hex[:8]}"
-    dead_pid, dead_created = _dead_pid()
+    dead_pid, dead_created = ended_process()
     out_dir = pytester.path / ".llmgate"
     stray = subprocess.Popen(["sh", "-c", f"{SLEEP_SH} {token}-child & wait", f"{token}-stray"], process_group=0)
     reused = subprocess.Popen([*SLEEP, f"{token}-reused"])
     try:
         assert wait_until(lambda: marked(f"{token}-child") and marked(f"{token}-stray"), 10)
-        _plant(out_dir, stray.pid, psutil.Process(stray.pid).create_time(), dead_pid, dead_created, "stray")
-        _plant(out_dir, reused.pid, psutil.Process(reused.pid).create_time() - 1000, dead_pid, dead_created, "reused")
+        plant(out_dir, stray.pid, psutil.Process(stray.pid).create_time(), dead_pid, dead_created, "stray")
+        plant(out_dir, reused.pid, psutil.Process(reused.pid).create_time() - 1000, dead_pid, dead_created, "reused")
         p = start(pytester, "test_sig.py")
         try:
             wait_for_log(pytester, p, "GET /version")   # ready; the test kills EngineCore once it streams
@@ -303,7 +303,7 @@ def test_stale_record_is_swept_and_a_dead_engine_core_explains_itself(pytester):
         assert reused.poll() is None
         # the dead EngineCore names itself; the next test says the server died earlier
         core = int((pytester.path / "core.pid").read_text())
-        code = "exit code -9 (SIGKILL)" if _kernel_tells_exit_codes() else "exit code not known"
+        code = "exit code -9 (SIGKILL)" if kernel_tells_exit_codes() else "exit code not known"
         assert rc == 1, out
         assert (f"victim: the vllm server's process VLLM::EngineCore (pid {core}) ended during the run: {code}; "
                 f"the server (pid ") in out

@@ -13,7 +13,6 @@ import pytest
 from llmgate.client import stream_request
 
 # times the client against a stub server: run alone, not beside another xdist worker (tox.ini)
-pytestmark = pytest.mark.timing
 
 SCRIPTS: dict[str, tuple[int, list[tuple[float, bytes]]]] = {}
 

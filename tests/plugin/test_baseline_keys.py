@@ -13,8 +13,10 @@ import pytest
 import baseline_files
 from llmgate import baseline
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parents[2]
-OLD = Path(__file__).parent / "data" / "baseline-keys-0.1"       # an excerpt of a committed file before migration
+OLD = Path(__file__).parents[1] / "data" / "baseline-keys-0.1"       # an excerpt of a committed file before migration
 
 MATRIX = """
 [defaults]

@@ -8,6 +8,8 @@ import pytest
 
 from llmgate import baseline
 
+pytest_plugins = ["pytester"]
+
 MATRIX = """
 [defaults]
 engine = "vllm"

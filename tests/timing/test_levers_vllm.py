@@ -17,7 +17,9 @@ import pytest
 
 import baseline_files
 
-pytestmark = [pytest.mark.engine, pytest.mark.timing]
+pytest_plugins = ["pytester"]
+
+pytestmark = pytest.mark.real_engine      # (and timing: its folder)
 
 REPO = Path(__file__).resolve().parents[2]
 PERF = REPO / "plugin" / "llmgate" / "scenarios"

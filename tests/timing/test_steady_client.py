@@ -22,7 +22,6 @@ import pytest
 from llmgate import load, stats, tinymodel
 
 # times the client against a stub server: run alone, not beside another xdist worker (tox.ini)
-pytestmark = pytest.mark.timing
 
 STUB = Path(__file__).resolve().parents[1] / "validation" / "client_capacity.py"
 EVENTS, GAP = 20, 0.005          # 20 tokens 5 ms apart: ~0.1 s a request on an idle machine

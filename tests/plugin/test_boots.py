@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 ENTRIES = """
 [defaults]
 engine = "vllm"

@@ -19,11 +19,10 @@ import socket
 from pathlib import Path
 
 import psutil
-import pytest
 
 from engine_procs import engine_processes
 
-pytestmark = pytest.mark.engine
+pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).resolve().parent
 ENTRY = """
@@ -127,7 +126,7 @@ def test_d_serves_again(llmgate_server, llmgate_prompts, gate):
 def test_api_key_faults_and_hung_stream(pytester, monkeypatch):
     secret = "llmgate-test-key-8c1f0e"
     monkeypatch.setenv("LLMGATE_API_KEY", secret)
-    shutil.copy(HERE / "delay_proxy.py", pytester.path / "delay_proxy.py")
+    shutil.copy(HERE.parent / "support" / "delay_proxy.py", pytester.path / "delay_proxy.py")
     pytester.makefile(".toml", llmgate=ENTRY.format(id="keyed"))
     pytester.makepyfile(test_proxy=PROXY_TESTS)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--benchmark-save=keyed")

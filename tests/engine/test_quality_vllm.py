@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.engine
+pytest_plugins = ["pytester"]
 
 PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
 ENTRY = """

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 TWO_ENTRIES = """
 [defaults]
 engine = "vllm"

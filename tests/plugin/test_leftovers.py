@@ -9,7 +9,6 @@ processes are ever counted or signalled on a machine shared with other runs."""
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -27,35 +26,12 @@ from llmgate import device, interrupt, proctree, strays, watchdog
 from llmgate.engines import vllm
 from llmgate.matrix import Matrix, ServerConfig
 
+from stand_ins import SLEEP, SLEEP_SH, ended_process, kernel_tells_exit_codes, marked, plant, wait_until
+
+pytest_plugins = ["pytester"]
+
 HERE = Path(__file__).resolve().parent
-H200 = json.loads((HERE / "data" / "nvml-h200-busy.json").read_text())
-
-
-def marked(token: str) -> list[psutil.Process]:
-    """Live (not zombie) processes with an argument that is ``token`` or starts with ``token-``."""
-    out = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if any(a == token or a.startswith(token + "-") for a in p.info["cmdline"] or []) \
-                    and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
-def wait_until(cond, timeout: float, step: float = 0.05) -> float | None:
-    """Seconds until ``cond()`` held, None if it did not within ``timeout``."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if cond():
-            return time.monotonic() - t0
-        time.sleep(step)
-    return None
-
-
-SLEEP = [sys.executable, "-c", "import time; time.sleep(300)"]      # + a marker: a recognisable stand-in
-SLEEP_SH = " ".join(shlex.quote(a) for a in SLEEP)
+H200 = json.loads((HERE.parent / "data" / "nvml-h200-busy.json").read_text())
 
 
 def tree_cmd(marker: str, code: str = "wait") -> list[str]:
@@ -114,16 +90,6 @@ def test_watchdog_passes_a_sigterm_to_the_engine():
 
 
 # -- the process tree: which process died, with its exit code ---------------------------------
-def _kernel_tells_exit_codes() -> bool:
-    q = subprocess.Popen(["sleep", "0.2"])
-    fd = os.pidfd_open(q.pid)
-    q.wait()
-    try:
-        return proctree.pidfd_exit_code(fd) == 0
-    finally:
-        os.close(fd)
-
-
 def test_tree_names_the_first_process_that_died():
     marker = f"llmgate-test-{uuid.uuid4().hex[:8]}"
     root = subprocess.Popen(["sh", "-c", f"{SLEEP_SH} {marker}-child & {SLEEP_SH} {marker}-other & wait", marker])
@@ -140,7 +106,7 @@ def test_tree_names_the_first_process_that_died():
         d = tree.first_death()
         assert (d.pid, d.root, d.title) == (child.pid, False, child_title)
         # the kernel tells a non-child's exit code from Linux 6.15 (PIDFD_INFO_EXIT); the shell collected it
-        assert d.code == (-9 if _kernel_tells_exit_codes() else None)
+        assert d.code == (-9 if kernel_tells_exit_codes() else None)
         assert ("exit code -9 (SIGKILL)" if d.code else "exit code not known") in d.exit_words()
         time.sleep(0.3)
         assert [x.pid for x in tree.deaths] == [child.pid]         # the shell still waits for the other
@@ -157,31 +123,11 @@ def test_tree_names_the_first_process_that_died():
 
 
 # -- server records and the sweep ---------------------------------------------------------------
-def _dead_pid() -> tuple[int, float]:
-    """A pid and start time of a process that has ended (a pytest run killed with SIGKILL)."""
-    q = subprocess.Popen(["sleep", "5"])
-    created = psutil.Process(q.pid).create_time()
-    q.kill()
-    q.wait()
-    return q.pid, created
-
-
 def _stray(marker: str) -> subprocess.Popen:
     """A stand-in server left running: a process group of a leader and its child."""
     p = subprocess.Popen(["sh", "-c", f"{SLEEP_SH} {marker}-child & wait", f"{marker}-leader"], process_group=0)
     assert wait_until(lambda: marked(f"{marker}-child") and marked(f"{marker}-leader"), 10)
     return p
-
-
-def _plant(out: Path, proc_pid: int, create_time: float, pytest_pid: int, pytest_created: float, entry: str) -> Path:
-    rec = {"schema": strays.SCHEMA, "entry": entry, "engine": "vllm", "pid": proc_pid, "pgid": proc_pid,
-           "create_time": create_time, "cmdline": ["stand-in"], "log": "x.log", "watchdog_pid": None,
-           "watchdog_create_time": None, "pytest_pid": pytest_pid, "pytest_create_time": pytest_created,
-           "started": "2026-01-01 00:00:00"}
-    path = strays.folder(out) / f"{proc_pid}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rec))
-    return path
 
 
 def test_record_is_written_while_a_server_runs(tmp_path):
@@ -202,21 +148,21 @@ def test_record_is_written_while_a_server_runs(tmp_path):
 
 def test_sweep_stops_a_stray_of_a_dead_run_and_spares_a_reused_pid(tmp_path):
     marker = f"llmgate-test-{uuid.uuid4().hex[:8]}"
-    dead_pid, dead_created = _dead_pid()
+    dead_pid, dead_created = ended_process()
     stray = _stray(f"{marker}-stray")
     reused = subprocess.Popen([*SLEEP, f"{marker}-reused"])
     live = subprocess.Popen([*SLEEP, f"{marker}-live"])
     try:
-        stray_rec = _plant(tmp_path, stray.pid, psutil.Process(stray.pid).create_time(), dead_pid, dead_created,
+        stray_rec = plant(tmp_path, stray.pid, psutil.Process(stray.pid).create_time(), dead_pid, dead_created,
                            "stray")
         # the recorded process started 1000 s earlier than the one that has its pid now: not ours
-        reused_rec = _plant(tmp_path, reused.pid, psutil.Process(reused.pid).create_time() - 1000, dead_pid,
+        reused_rec = plant(tmp_path, reused.pid, psutil.Process(reused.pid).create_time() - 1000, dead_pid,
                             dead_created, "reused")
         # a record of a session that still runs (this one): never touched
         me = psutil.Process()
-        live_rec = _plant(tmp_path / "gw0", live.pid, psutil.Process(live.pid).create_time(), me.pid,
+        live_rec = plant(tmp_path / "gw0", live.pid, psutil.Process(live.pid).create_time(), me.pid,
                           me.create_time(), "live")
-        gone_rec = _plant(tmp_path, dead_pid, dead_created, dead_pid, dead_created, "gone")
+        gone_rec = plant(tmp_path, dead_pid, dead_created, dead_pid, dead_created, "gone")
         (strays.folder(tmp_path) / "garbage.json").write_text("{not json")
 
         lines = strays.sweep(tmp_path)

@@ -12,7 +12,7 @@ import pytest
 
 from engine_procs import engine_processes
 
-pytestmark = pytest.mark.engine
+pytest_plugins = ["pytester"]
 
 PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
 BASE_ENTRY = """

@@ -8,7 +8,9 @@ import pytest
 from llmgate import engines
 from llmgate.matrix import ServerConfig
 
-DATA = Path(__file__).parent / "data"
+pytest_plugins = ["pytester"]
+
+DATA = Path(__file__).parents[1] / "data"
 vllm = engines.get("vllm")
 
 

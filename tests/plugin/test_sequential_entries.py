@@ -4,6 +4,8 @@ also when each entry spans several measurement boots and when a second engine fo
 (matrices/gpu-engines-1gpu.toml: vLLM, then SGLang).  Through pytester with the session's boot and
 shutdown replaced by stand-ins that log (no engine)."""
 
+
+pytest_plugins = ["pytester"]
 CONFTEST = """
 import json, os, pathlib
 import llmgate.plugin as p

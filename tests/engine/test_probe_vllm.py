@@ -8,12 +8,9 @@ build) counts it: the same boot fails with an estimate one block lower.  Either 
 that serves is what ``vllm:cache_config_info`` gives: (blocks − 1) × block size.
 """
 
-import pytest
 
 from llmgate import matrix, probe
 from llmgate.server import Server
-
-pytestmark = pytest.mark.engine
 
 MATRIX = """
 [[matrix]]

@@ -9,6 +9,8 @@ import pytest
 
 from llmgate import baseline, device
 
+pytest_plugins = ["pytester"]
+
 pytest.importorskip("xdist")
 
 MATRIX = """

@@ -31,9 +31,7 @@ from delay_proxy import DelayProxy
 from llmgate import ab, matrix, metrics
 from llmgate.engines import llamacpp
 
-# timing too: what it asserts rests on what it times (speeds against each other, or how fast a
-# process tree is gone), so it runs alone, not beside another test
-pytestmark = [pytest.mark.engine, pytest.mark.timing]
+pytestmark = pytest.mark.real_engine      # (and timing: its folder)
 
 MATRIX = """
 [[matrix]]
