@@ -13,17 +13,21 @@ import sys
 
 import pytest
 
-from . import baseline as baseline_store
-from . import device, engines, hookspec, report
-from . import server as server_mod, strays, xdist
-from . import interrupt
-from .gate import GATE_KEY, Gate
-from .load import PromptMaker
-from .matrix import MatrixError, ServerConfig
-from .server import BootError, ServerDied, ServerHandle, Unsupported
-from .session import SESSION_KEY, GateSession, say
-from .settings import Settings
-from .verdict import DEFAULT_ALPHA, Verdict
+from llmgate.store import baseline as baseline_store
+from llmgate import engines, hookspec
+from llmgate.device import hardware as device
+from llmgate.report import reports as report
+from llmgate.process import server as server_mod
+from llmgate.process import strays
+from llmgate.runner import distribution as xdist
+from llmgate.process import interrupts as interrupt
+from llmgate.runner.gate import GATE_KEY, Gate
+from llmgate.load.workloads import PromptMaker
+from llmgate.config.matrix import MatrixError, ServerConfig
+from llmgate.process.server import BootError, ServerDied, ServerHandle, Unsupported
+from llmgate.runner.session import SESSION_KEY, GateSession, say
+from llmgate.runner.settings import Settings
+from llmgate.analysis.verdict import DEFAULT_ALPHA, Verdict
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -77,7 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "every metric as a time, tok/s as seconds per token; llmgate's verdict table is the one to read)")
     g.addoption("--llmgate-history", metavar="DIR",
                 help="folder of the run history: every run appends one record (default: .llmgate/history under "
-                     "the rootdir; read it with python -m llmgate.history DIR)")
+                     "the rootdir; read it with python -m llmgate.store.history DIR)")
     g.addoption("--llmgate-no-history", action="store_true", help="append no record to the run history")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")

@@ -15,7 +15,7 @@ One A/B run covers both: sides A and B (the same llama-server binary, given to e
 launcher, as a pinned and a nightly build would be), boots alternating A B A B … (5 rounds: the
 fewest for which a paired test can reach p < 0.05).  The machinery is engine-agnostic (a side's
 launcher replaces the entry's; for a Python engine it is the interpreter, as in
-``python -m llmgate.bisect``).
+``python -m llmgate.levers.bisection``).
 
 Seen in CI with vLLM: against A's own boots, unpaired, the same injected slowdown (−21%) was NOT
 significant (p = 0.24): decode speed moved ±40% from one vLLM boot to the next on the
@@ -28,7 +28,9 @@ import dataclasses
 import pytest
 
 from delay_proxy import DelayProxy
-from llmgate import ab, matrix, metrics
+from llmgate.levers import ab
+from llmgate.config import matrix
+from llmgate.core import metrics
 from llmgate.engines import llamacpp
 
 # timing too: what it asserts rests on what it times (speeds against each other, or how fast a
@@ -59,7 +61,7 @@ def test_aa_passes_and_injected_slowdown_is_caught(tmp_path):
     cfg = m.entries[0]
     binary = llamacpp.find_binary(cfg)
     if binary is None:
-        pytest.fail("no llama-server: build it with `python -m llmgate.install llama-server` (.ci/run does)")
+        pytest.fail("no llama-server: build it with `python -m llmgate.tools.install llama-server` (.ci/run does)")
     sides = (ab.Side("A", str(binary)), ab.Side("B", str(binary), views={"B+delay": through_proxy}))
     workload = ab.standard_workload(repeats=3, warmup=1, timeout=120, concurrency=4, decode_output=128)
     result = ab.run_ab(cfg, m, tmp_path / "logs", sides, rounds=5, workload=workload)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import device, matrix
+from llmgate.device import hardware as device
+from llmgate.config import matrix
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_ENTRIES = [e.id for e in matrix.load(matrix.DEFAULT_MATRIX).entries if e.device == "gpu"]

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from llmgate import changepoint, history
+from llmgate.analysis import changepoint
+from llmgate.store import history
 
 PROV = {"engine": {"engine": "vllm", "version": "0.32.0", "commit": None}, "device": {"cpu": "test cpu"},
         "model_hash": "ab" * 32, "config_fingerprint": "0123456789abcdef", "config": {"id": "e"}}
@@ -147,7 +148,7 @@ def test_plot_is_written(tmp_path):
 
 RECORDING_TEST = """
 import json, os
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_measure(gate):
     gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"]))
@@ -175,7 +176,7 @@ def test_every_gate_run_appends_one_record_and_the_options_choose_the_folder(pyt
 PER_BOOT_TEST = """
 import json, os
 import pytest
-from llmgate import metrics
+from llmgate.core import metrics
 
 @pytest.mark.boots
 def test_measure(llmgate_config, llmgate_boot, gate):

@@ -23,9 +23,13 @@ import jsonschema
 import psutil
 import pytest
 
-from llmgate import device, interrupt, proctree, strays, watchdog
+from llmgate.device import hardware as device
+from llmgate.process import interrupts as interrupt
+from llmgate.process import proctree
+from llmgate.process import strays
+from llmgate.process import watchdog
 from llmgate.engines import vllm
-from llmgate.matrix import Matrix, ServerConfig
+from llmgate.config.matrix import Matrix, ServerConfig
 
 HERE = Path(__file__).resolve().parent
 H200 = json.loads((HERE / "data" / "nvml-h200-busy.json").read_text())
@@ -67,7 +71,7 @@ def tree_cmd(marker: str, code: str = "wait") -> list[str]:
 GATE = """
 import subprocess, sys, time
 sys.path.insert(0, {plugin!r})
-from llmgate import watchdog
+from llmgate.process import watchdog
 p = subprocess.Popen(watchdog.command({cmd!r}), process_group=0)
 print(p.pid, flush=True)
 time.sleep(300)
@@ -229,7 +233,7 @@ def test_sweep_stops_a_stray_of_a_dead_run_and_spares_a_reused_pid(tmp_path):
         assert live_rec.exists()
         assert not (strays.folder(tmp_path) / "garbage.json").exists()
         # the command line for a CI step after a cancelled job says the same
-        out = subprocess.run([sys.executable, "-m", "llmgate.strays", str(tmp_path)], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "llmgate.process.strays", str(tmp_path)], capture_output=True, text=True)
         assert out.returncode == 0 and "no server left by an earlier run" in out.stdout
     finally:
         for p in (stray, reused, live):
@@ -287,7 +291,7 @@ def test_a_handler_someone_else_installed_is_kept(default_signals):
 INTERRUPTED_SESSION = """
 import os, time
 from pathlib import Path
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_1_measured(gate):
     gate.record(metrics.DECODE_TOK_S, [100.0, 101.0, 99.0])
@@ -439,7 +443,7 @@ def test_busy_gpu_without_nvml_leaves_it_to_the_engine(monkeypatch):
 
 
 def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, tmp_path):
-    from llmgate import server
+    from llmgate.process import server
 
     monkeypatch.setattr(device, "_nvml", lambda: fake_nvml(H200))
     monkeypatch.setattr(vllm.Adapter, "unavailable", lambda self, cfg: None)   # installed or not: the GPU decides
@@ -454,7 +458,7 @@ def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, 
 def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch, tmp_path, default_signals):
     """Should the main thread not get to stop the servers after the signal, a helper thread
     ends those nobody began to stop (interrupt.STUCK_S later); one being stopped is left alone."""
-    from llmgate import server
+    from llmgate.process import server
 
     monkeypatch.setattr(interrupt, "STUCK_S", 0.2)
     called = []
@@ -499,7 +503,7 @@ def test_right_after_a_stop_the_busy_check_waits_for_the_memory_to_show_free(mon
     """The next entry of a one-GPU session boots right after the previous server stopped: while
     NVML still counts that memory the check re-reads it (up to server.GPU_SETTLE_S), and boots once
     it is free; without a recent stop it refuses at once, as above."""
-    from llmgate import server
+    from llmgate.process import server
 
     answers = ["busy: not booted: the GPU is busy (1)", "busy: not booted: the GPU is busy (2)", None]
     reads = []

@@ -30,7 +30,7 @@ import uuid
 import psutil
 import pytest
 
-from llmgate import strays
+from llmgate.process import strays
 from test_leftovers import SLEEP, SLEEP_SH, _dead_pid, _kernel_tells_exit_codes, _plant, marked, wait_until
 
 # timing too: what it asserts rests on what it times (speeds against each other, or how fast a
@@ -50,7 +50,8 @@ env = {{ {mark} = "{run}" }}
 """
 
 MEASURE = """
-from llmgate import load, metrics
+from llmgate.load import workloads as load
+from llmgate.core import metrics
 
 def test_1_short(llmgate_server, llmgate_prompts, gate):
     res = load.decode_run(llmgate_server, llmgate_prompts, 16, 8, 1, 0, 120, "short")
@@ -70,7 +71,8 @@ KILL_CORE = """
 import os, signal, threading, time
 from pathlib import Path
 import psutil
-from llmgate import load, metrics
+from llmgate.load import workloads as load
+from llmgate.core import metrics
 
 def _kill_core_once_streaming(h):
     while h.log_path.read_text(errors="replace").count("POST /v1/completions") < 1:
@@ -245,7 +247,7 @@ def test_sigkill_mid_measurement_leaves_no_engine(pytester):
     print(f"SIGKILL of pytest: no engine process left after {took:.1f} s")
     # the record stays (pytest had no chance to remove it); the next sweep finds nothing running and drops it
     assert len(strays.records(pytester.path / ".llmgate")) == 1
-    sweep = subprocess.run([sys.executable, "-m", "llmgate.strays", ".llmgate"], cwd=pytester.path,
+    sweep = subprocess.run([sys.executable, "-m", "llmgate.process.strays", ".llmgate"], cwd=pytester.path,
                            capture_output=True, text=True)
     assert sweep.returncode == 0 and "no server left by an earlier run" in sweep.stdout, sweep.stdout
     assert not strays.records(pytester.path / ".llmgate")

@@ -18,8 +18,8 @@ from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
-from ..matrix import ServerConfig
-from ..signals import Delta, Scrape, SpecAcceptance
+from llmgate.config.matrix import ServerConfig
+from llmgate.engines.meters import Delta, Scrape, SpecAcceptance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +142,7 @@ def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
         return cfg.gpu_memory_utilization
     if cfg.gpu_memory_bytes is None:
         return None
-    from .. import device
+    from llmgate.device import hardware as device
 
     return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
 
