@@ -21,6 +21,7 @@ from llmgate.process import server as server_mod
 from llmgate.process import strays
 from llmgate.runner import distribution as xdist
 from llmgate.process import interrupts as interrupt
+from llmgate.config.ids import LEVER_OFF
 from llmgate.runner.gate import GATE_KEY, Gate
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import MatrixError, ServerConfig
@@ -81,7 +82,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "every metric as a time, tok/s as seconds per token; llmgate's verdict table is the one to read)")
     g.addoption("--llmgate-history", metavar="DIR",
                 help="folder of the run history: every run appends one record (default: .llmgate/history under "
-                     "the rootdir; read it with python -m llmgate.store.history DIR)")
+                     "the rootdir; read it with python -m llmgate.history DIR)")
     g.addoption("--llmgate-no-history", action="store_true", help="append no record to the run history")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
@@ -186,8 +187,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
                        f"{have} visible"))))
         if lever is not None and cfg is not None:
             if lever.args[0] not in cfg.levers:
-                item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this "
-                                                        f"entry (levers = {list(cfg.levers)})"))
+                off = f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this entry (levers = {list(cfg.levers)})"
+                item.add_marker(pytest.mark.skip(reason=off))
+                # the reports count an entry's skips apart from those of levers it does not enable: by this, not by the text
+                item.user_properties.append((LEVER_OFF, lever.args[0]))
             else:
                 why = engines.get(cfg.engine).cannot(lever.args[0], cfg)
                 if why:

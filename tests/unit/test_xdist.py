@@ -102,7 +102,7 @@ def test_entries_stay_on_one_worker_and_store_compare_and_report_per_run(pyteste
     ("t.py::test_p[other]", "t.py::test_p[other]"),
 ])
 def test_tests_are_grouped_by_matrix_entry(nodeid, scope):
-    from llmgate.runner.distribution import entry_scope
+    from llmgate.config.ids import entry_scope
     assert entry_scope(nodeid, ["h200-12gb", "h200-12gb-bf16"]) == scope
 
 

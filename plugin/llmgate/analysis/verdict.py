@@ -6,13 +6,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from llmgate.core.metrics import Metric
 from llmgate.analysis.stats import Noise, Summary, median
 
-REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE = "regressed", "improved", "unchanged", "no baseline"
-REFUSED = "refused: not comparable"
+class Status(StrEnum):
+    """A verdict's outcome; the values are what report.json and the history store."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    NO_BASELINE = "no baseline"
+    REFUSED = "refused: not comparable"
+
+
+REGRESSED, IMPROVED, UNCHANGED = Status.REGRESSED, Status.IMPROVED, Status.UNCHANGED
+NO_BASELINE, REFUSED = Status.NO_BASELINE, Status.REFUSED
 DEFAULT_ALPHA = 0.05
 
 
@@ -23,7 +34,7 @@ class Verdict:
     config_id: str
     now: Summary
     baseline: Summary | None
-    status: str
+    status: Status
     change: float | None           # relative change of medians, now vs baseline (signed, natural units)
     worse_change: float | None     # the same, positive when worse
     min_effect: float
@@ -49,6 +60,10 @@ class Verdict:
     # where the between-boot noise came from when no boots measured it (one boot a side): the prior
     # assumed for this device and metric (``noise_prior``), said in one line; "" when measured
     noise_assumed: str = ""
+    # the MDE rests on repeats within one boot a side (boot-to-boot noise not measured): a lower bound
+    mde_lower_bound: bool = False
+    # the baseline is the other side of this run's A/B comparison, not a stored run
+    baseline_in_run: bool = False
 
     @property
     def failed(self) -> bool:
@@ -90,7 +105,8 @@ class Verdict:
             "boots": {"baseline": self.boots[0], "now": self.boots[1]},
             "boot_values": list(self.boot_values), "baseline_boot_values": list(self.baseline_boot_values),
             "noise": self.noise.as_dict() if self.noise is not None else None, "regime": self.regime,
-            "noise_assumed": self.noise_assumed,
+            "noise_assumed": self.noise_assumed, "mde_lower_bound": self.mde_lower_bound,
+            "baseline_in_run": self.baseline_in_run,
         }
 
     @classmethod
@@ -106,7 +122,7 @@ class Verdict:
         boots = d.get("boots") or {}
         now = summary(d["now"])
         assert now is not None
-        return cls(metric, d["key"], d["config"], now, summary(d.get("baseline")), d["status"], d.get("change"),
+        return cls(metric, d["key"], d["config"], now, summary(d.get("baseline")), Status(d["status"]), d.get("change"),
                    d.get("worse_change"), float(d["min_effect"]), d.get("p_value"), d.get("method") or "",
                    d.get("baseline_source"), d.get("note") or "", d.get("test") or "",
                    tuple(d["ci95"]) if d.get("ci95") else None,
@@ -115,7 +131,8 @@ class Verdict:
                    d.get("mde"), d.get("mde_basis") or "", d.get("boots_needed"),
                    (int(boots.get("baseline") or 0), int(boots.get("now") or 0)),
                    tuple(d.get("boot_values") or ()), tuple(d.get("baseline_boot_values") or ()),
-                   Noise.from_dict(d.get("noise")), d.get("regime") or "", d.get("noise_assumed") or "")
+                   Noise.from_dict(d.get("noise")), d.get("regime") or "", d.get("noise_assumed") or "",
+                   bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")))
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
@@ -169,7 +186,7 @@ def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot:
 
 
 def _status(worse: float, min_effect: float, significant: bool, worse_abs: float = math.inf,
-            min_abs_effect: float = 0.0, better_significant: bool = True) -> str:
+            min_abs_effect: float = 0.0, better_significant: bool = True) -> Status:
     """Regressed: moved the worse way by more than the minimum effect (relative, and in the
     metric's own unit where it sets ``min_abs_effect``), significantly; improved: moved the
     better way by more than both (significantly, where the test can say); else unchanged."""
@@ -345,12 +362,14 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
         v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)
         mde = None
         basis = "one boot a side and no stored noise model: boot-to-boot noise not measured"
+        lower = False
         if noise.within is not None and noise.within_df >= 1:
             rn, rb = max(1, len(flat_now)), max(1, len(flat_base))
             mde = _rel(metric, _mde_log(noise.within, noise.within_df, rn, rb, alpha))
             basis = "from repeats within one boot a side: a lower bound (boot-to-boot noise not measured)"
+            lower = True
         method = "repeats within one boot a side, " + ("Mann-Whitney U" if v.p_value is not None else v.method)
-        return dataclasses.replace(v, method=method, mde=mde, mde_basis=basis, **common)
+        return dataclasses.replace(v, method=method, mde=mde, mde_basis=basis, mde_lower_bound=lower, **common)
     ln = [math.log(x) for x in now_vals]
     lb = [math.log(x) for x in base_vals]
     diff = sum(ln) / len(ln) - sum(lb) / len(lb)          # log of now ÷ baseline

@@ -7,6 +7,7 @@ import functools
 import math
 import os
 import platform
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +332,6 @@ def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Per GPU: memory used at the start and at its peak (bytes), utilisation mean and max (%),
     SM and memory clocks (min, median, max MHz), temperature max, power mean, and every throttle
     reason seen (with the share of samples it was on)."""
-    from llmgate.analysis.stats import median
-
     out: dict[str, Any] = {}
     for i in sorted({s["index"] for s in samples}):
         mine = [s for s in samples if s["index"] == i]
@@ -342,7 +341,7 @@ def summarize_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
         for k in ("sm_mhz", "mem_mhz"):
             vals = [s[k] for s in mine if k in s]
             if vals:
-                g[k] = {"min": min(vals), "median": median(vals), "max": max(vals)}
+                g[k] = {"min": min(vals), "median": float(statistics.median(vals)), "max": max(vals)}
         temps = [s["temp_c"] for s in mine if "temp_c" in s]
         if temps:
             g["temp_c_max"] = max(temps)

@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 import httpx
 
-from llmgate.config.matrix import LEVERS, ServerConfig
-from llmgate.engines.meters import Delta, Scrape, SpecAcceptance
+from llmgate.core.types import LEVERS, ServerConfig
+from llmgate.engines.meters import ENGINE_PARTS, Delta, Scrape, SpecAcceptance
 from llmgate.engines.base import BootDiagnosis, Engine
 
 HOST = "127.0.0.1"
@@ -162,8 +162,6 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
 
 
 def _timers(v: Any) -> str | None:
-    from llmgate.engines.meters import ENGINE_PARTS
-
     if not isinstance(v, dict):
         return "not a dict"
     bad = [k for k in v if k not in ENGINE_PARTS]

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import httpx
 
 from llmgate.models import tinymodel
-from llmgate.config.matrix import ServerConfig
+from llmgate.core.types import ServerConfig
 from llmgate.engines.base import EngineInfo, convert_once
 from llmgate.engines.pymodule import PythonModuleAdapter, run_python
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from llmgate.config.matrix import ServerConfig
+from llmgate.core.types import ServerConfig
 from llmgate.engines.base import BaseAdapter, BootDiagnosis, last_match
 
 # the last line of a traceback: "SomeError: message" (or pkg.mod.SomeError) at the start of a line

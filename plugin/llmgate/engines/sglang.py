@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from llmgate.config.matrix import ServerConfig
+from llmgate.core.types import ServerConfig
 from llmgate.engines.meters import Delta, SpecAcceptance
 from llmgate.engines.base import EngineInfo, gpu_memory_fraction, last_match
 from llmgate.engines.pymodule import PythonModuleAdapter

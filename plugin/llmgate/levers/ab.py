@@ -142,6 +142,6 @@ def judge_ab(result: ABResult, baseline: str, candidate: str, alpha: float,
                 f"side {baseline} of this A/B run")
         unit = "repeats" if by == "repeat" else "boots"
         how_paired = f", paired {'repeat by repeat' if by == 'repeat' else 'by round'}" if paired else ""
-        out.append(dataclasses.replace(v, note=f"{len(a)} {unit} of {baseline} vs {len(b)} of {candidate}"
+        out.append(dataclasses.replace(v, baseline_in_run=True, note=f"{len(a)} {unit} of {baseline} vs {len(b)} of {candidate}"
                                                f"{how_paired}, order {''.join(result.order)}"))
     return out

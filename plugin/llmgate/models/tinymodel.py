@@ -11,7 +11,7 @@ builder version, so a second call returns the same folder at once; the content
 hash of the files is written beside them (``llmgate-model.json``) and is what
 baselines are keyed by.
 
-    python -m llmgate.models.tinymodel OUT_DIR [--layers 4 --hidden 512 ...]
+    python -m llmgate.tinymodel OUT_DIR [--layers 4 --hidden 512 ...]
 """
 
 from __future__ import annotations
@@ -474,7 +474,7 @@ def _write_gguf(folder: Path, spec: TinySpec, vocab: int, path: Path, dtype: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.models.tinymodel", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmgate.tinymodel", description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", help="folder to write (default: print the cached folder)")
     ap.add_argument("--name", default="tiny-llama")
     for f in dataclasses.fields(TinySpec):

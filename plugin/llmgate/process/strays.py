@@ -11,7 +11,7 @@ stops the recorded process group, but only while the recorded process still exis
 recorded start time, so a pid the system has since given to another process is never
 signalled.
 
-    python -m llmgate.process.strays [OUT]     # the same sweep outside pytest (default OUT: .llmgate)
+    python -m llmgate.strays [OUT]     # the same sweep outside pytest (default OUT: .llmgate)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Published reference figures (the seed's RTX 4070 measurements, shipped under
 ``baselines/reference/``) beside a run's own figures, with the conditions of both.
 
-    python -m llmgate.report.reference [--run .llmgate/report.json] [--reference seed-rtx4070]
+    python -m llmgate.reference [--run .llmgate/report.json] [--reference seed-rtx4070]
 
 A reference figure is information, never a gate: it was measured on another card, model
 and engine build.  Where a figure names a metric of llmgate's, the run's matching values
@@ -19,6 +19,7 @@ from typing import Any
 from tabulate import tabulate
 
 from llmgate.core import metrics
+from llmgate.core.types import spec_acceptance_meaningful
 
 REFERENCE_DIRS = (Path("baselines") / "reference",)
 
@@ -64,7 +65,6 @@ def _matches(verdict: dict[str, Any], rule: dict[str, Any]) -> bool:
         elif k == "acceptance_meaningful":    # drafts from trained weights on random weights: not the seed's method
             from types import SimpleNamespace
 
-            from llmgate.config.matrix import spec_acceptance_meaningful
             entry = SimpleNamespace(speculative=cfg.get("speculative"), load_format=cfg.get("load_format"),
                                     model=cfg.get("model"))
             if (spec_acceptance_meaningful(entry) is None) != want:
@@ -112,7 +112,7 @@ def table(reference: dict[str, Any], run: dict[str, Any] | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.report.reference", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmgate.reference", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reference", default="seed-rtx4070")
     ap.add_argument("--run", default=".llmgate/report.json", help="a run summary written by llmgate")
     a = ap.parse_args(argv)

@@ -10,12 +10,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tabulate import tabulate
 
 from llmgate.store.baseline import no_baseline_reason
-from llmgate.runner.distribution import entry_scope
+from llmgate.config.ids import LEVER_OFF, entry_scope
+from llmgate.config.matrix import Matrix
 from llmgate.analysis.verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
 
 
@@ -54,7 +55,7 @@ def mde_cell(v: dict[str, Any]) -> str:
     mde = v.get("mde")
     if mde is None:
         return "—"
-    lower = "lower bound" in (v.get("mde_basis") or "")
+    lower = bool(v.get("mde_lower_bound"))
     prefix = "≥" if lower else "~" if v.get("noise_assumed") else ""
     return prefix + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
 
@@ -249,7 +250,21 @@ def _write(path: Path, text: str) -> None:
 
 
 # -- the terminal -----------------------------------------------------------------------------
-def skipped_entries(terminalreporter, gs: Any) -> list[str]:
+class ReportedSession(Protocol):
+    """What llmgate's terminal section shows of a finished session (``llmgate.runner.session.GateSession``):
+    a protocol here, so that the reports do not import the runner above them."""
+
+    verdicts: list[Verdict]
+    boots: dict[str, list[dict[str, Any]]]
+    notes: list[str]
+    summary: dict[str, Any] | None
+    report_files: list[Path]
+
+    @property
+    def matrix(self) -> Matrix: ...
+
+
+def skipped_entries(terminalreporter, gs: ReportedSession) -> list[str]:
     """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
     one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
     -rs lists those)."""
@@ -269,12 +284,12 @@ def skipped_entries(terminalreporter, gs: Any) -> list[str]:
                 ran.add(cid)
             elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
                 reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
-                if "is not enabled for this entry" not in reason:
+                if LEVER_OFF not in dict(getattr(rep, "user_properties", None) or ()):
                     counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
     return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
 
 
-def terminal_section(terminalreporter, gs: Any, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
+def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
     """llmgate's section at the end of the terminal output: entries skipped whole, the boots,
     the verdict table, notes, the reference figures asked for, the report files, the regressions."""
     boots = gs.boots                                        # the workers' too, under pytest-xdist

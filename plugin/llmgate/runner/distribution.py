@@ -10,7 +10,7 @@ import os
 import pytest
 
 from llmgate.device import hardware as device
-from llmgate.config.matrix import MatrixError
+from llmgate.config.ids import entry_scope
 
 
 def worker(config: pytest.Config) -> str | None:
@@ -53,32 +53,14 @@ def pytest_configure_node(node) -> None:
         node.workerinput["llmgate_gpus"] = ",".join(str(i) for i in device.worker_share(visible, k, n))
 
 
-def entry_scope(nodeid: str, entry_ids: list[str]) -> str:
-    """The matrix entry a test id belongs to (its ``[...]`` holds the entry id, alone or joined
-    to other parameters' ids by ``-``); the test id itself for tests of no entry."""
-    if not nodeid.endswith("]") or "[" not in nodeid:
-        return nodeid
-    params = nodeid[nodeid.index("[") + 1:-1]
-    for cid in sorted(entry_ids, key=len, reverse=True):
-        if params == cid or params.startswith(cid + "-") or params.endswith("-" + cid) or f"-{cid}-" in params:
-            return "llmgate-entry:" + cid
-    return nodeid
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """(controller, pytest-xdist) Every test of one matrix entry goes to the same worker, in
-    order, so each server boots once; the entries spread over the workers (one per GPU share)."""
-    from llmgate.runner.session import SESSION_KEY
-
-    try:
-        ids = [e.id for e in config.stash[SESSION_KEY].matrix.entries]
-    except (MatrixError, KeyError):
-        return None
+def entry_scheduling(config: pytest.Config, log, entry_ids: list[str]):
+    """(controller, pytest-xdist) A scheduler that sends every test of one matrix entry to the same
+    worker, in order, so each server boots once; the entries spread over the workers (one per GPU
+    share).  The hook that asks for it is in ``llmgate.plugin`` (it knows the session's matrix)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class EntryScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return entry_scope(nodeid, ids)
+            return entry_scope(nodeid, entry_ids)
 
     return EntryScheduling(config, log)

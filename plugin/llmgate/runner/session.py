@@ -94,6 +94,16 @@ class GateSession:
         self.finished.add(nodeid)
         self.running = None
 
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        """(controller, pytest-xdist) Every test of one matrix entry goes to the same worker, in
+        order, so each server boots once; the entries spread over the workers (one per GPU share)."""
+        try:
+            ids = [e.id for e in self.matrix.entries]
+        except MatrixError:
+            return None
+        return xdist.entry_scheduling(config, log, ids)
+
     def load_matrix_file(self) -> Matrix:
         """(pytest_sessionstart) Read and check the matrix file, before anything is collected or
         booted: a bad one (an unknown key or engine, a model path that does not exist, a model
@@ -201,7 +211,7 @@ class GateSession:
         # the regime is known once an entry's decode window ran, maybe after its other verdicts
         gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
                           if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
-        single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if "lower bound" in v.mde_basis})
+        single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if v.mde_lower_bound})
         if single:
             gs.notes.append(f"{len(single)} verdict(s) compared one boot a side ({', '.join(single[:4])}"
                             f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "

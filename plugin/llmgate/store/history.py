@@ -1,7 +1,7 @@
-"""Run history: every gate run appends one record, and ``python -m llmgate.store.history`` shows each
+"""Run history: every gate run appends one record, and ``python -m llmgate.history`` shows each
 metric over runs and names the run where it stepped beyond its noise.
 
-    python -m llmgate.store.history [DIR] [--metric KEY] [--entry ID] [--test NAME] [--plot OUT.png]
+    python -m llmgate.history [DIR] [--metric KEY] [--entry ID] [--test NAME] [--plot OUT.png]
                               [--alpha A] [--min-step FRACTION]
 
 Store: ``<rootdir>/.llmgate/history/`` unless ``--llmgate-history DIR`` (``--llmgate-no-history``
@@ -49,9 +49,13 @@ import tempfile
 from collections.abc import Iterable
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from llmgate.analysis import changepoint
+from llmgate.device import hardware as device
+from llmgate.analysis.verdict import Verdict
+from llmgate.config.matrix import Matrix, ServerConfig
+from llmgate.store import baseline as baseline_store
 
 SCHEMA = "llmgate-history/1"
 DEFAULT_DIR = Path(".llmgate") / "history"
@@ -155,7 +159,26 @@ def load(folder: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r["run"]["started"], r["run"]["id"]))
 
 
-# -- from a pytest session (one hook in plugin.pytest_sessionfinish) ----------------------------
+# -- from a pytest session (GateSession.finish, llmgate.runner.session, at the session's end) -----
+class RecordedSession(Protocol):
+    """What a record is made of: the part of a finished session (``llmgate.runner.session.GateSession``)
+    the history reads.  A protocol here, so that this layer does not import the runner above it."""
+
+    config: Any                                  # pytest.Config
+    started: float
+    worker: str | None
+    verdicts: list[Verdict]
+    boots: dict[str, list[dict[str, Any]]]
+    boot_values: dict[tuple[str, str, str], dict[int, list[float]]]
+
+    @property
+    def matrix(self) -> Matrix: ...
+
+    def config_detail(self, cid: str) -> dict[str, Any] | None: ...
+
+    def model_hash(self, cfg: ServerConfig) -> str | None: ...
+
+
 def folder_for(config) -> Path | None:
     if config.getoption("llmgate_no_history", False):
         return None
@@ -166,12 +189,9 @@ def folder_for(config) -> Path | None:
     return config.rootpath / DEFAULT_DIR
 
 
-def session_series(gs) -> list[dict[str, Any]]:
+def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
     """What the session recorded, one series per (entry, test, key): the repeat values of each
     boot its verdicts rest on, with the provenance Gate.record stored beside them."""
-    from llmgate.store import baseline as baseline_store
-    from llmgate.device import hardware as device
-
     stored: dict[tuple[str, str], dict[str, Any]] = {}       # (entry, key) → extra_info of the stored entry
     bs = baseline_store.benchmark_session(gs.config)
     for meta in (getattr(bs, "benchmarks", None) or []):
@@ -181,7 +201,7 @@ def session_series(gs) -> list[dict[str, Any]]:
             stored[(cid, info["key"])] = info
     out = []
     for v in gs.verdicts:
-        if not v.samples or v.metric.name == "failed_share" or (v.baseline_source or "").endswith("of this A/B run"):
+        if not v.samples or v.metric.name == "failed_share" or v.baseline_in_run:
             continue
         info = stored.get((v.config_id, v.key)) or {}
         fp = info.get("fingerprint") or {}
@@ -212,7 +232,7 @@ def session_series(gs) -> list[dict[str, Any]]:
     return out
 
 
-def _boots_of(gs, v, info: dict[str, Any]) -> list[list[float]]:
+def _boots_of(gs: RecordedSession, v: Verdict, info: dict[str, Any]) -> list[list[float]]:
     """A verdict's repeat values per boot: as stored with the result (``boots``), else as the
     session kept them per measurement boot (``--llmgate-boots K``), else its samples as one boot."""
     stored = info.get("boots")
@@ -228,7 +248,7 @@ def _device_part(d: dict[str, Any]) -> dict[str, Any]:
     return {k: d.get(k) for k in ("cpu", "gpus", "driver") if d.get(k) is not None}
 
 
-def record_session(gs, exit_status: int) -> Path | None:
+def record_session(gs: RecordedSession, exit_status: int) -> Path | None:
     """Append this session's record to the history folder (None: nothing measured, or disabled)."""
     folder = folder_for(gs.config)
     if folder is None:
@@ -384,7 +404,7 @@ def plot(findings: list[Finding], out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.store.history",
+    ap = argparse.ArgumentParser(prog="python -m llmgate.history",
                                  description="each metric over gate runs, and the run where it stepped beyond its noise")
     ap.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help=f"history folder (default {DEFAULT_DIR})")
     ap.add_argument("--metric", help="metric key, e.g. decode_tok_s or ttft_p95@c8")

@@ -1,6 +1,6 @@
 """Engines that are not a pip install away, built locally and cached outside the repository.
 
-    python -m llmgate.tools.install llama-server [--jobs N]
+    python -m llmgate.install llama-server [--jobs N]
 
 llama-server: the sdist of ``llama-cpp-python`` (PyPI) carries the full llama.cpp source under
 ``vendor/llama.cpp``.  Only the ``llama-server`` and ``llama-quantize`` targets are built, as a
@@ -15,7 +15,7 @@ Ninja is used when it is on PATH.  ``--deadline-s S`` stops the build after S se
 so: run it again and Ninja goes on where it stopped (for machines whose commands are limited
 to 10 minutes).  ``--source`` takes the llama.cpp tree from a slim source pack made by
 
-    python -m llmgate.tools.install llama-src OUT.tar.xz
+    python -m llmgate.install llama-src OUT.tar.xz
 
 (the sdist's vendor/llama.cpp without its vocab models, docs, tests, examples and benches:
 the 77 MB sdist does not fit a 64 MiB carry; the pack names the sdist and llama.cpp commit).
@@ -224,7 +224,7 @@ def build_llama_server(jobs: int | None = None, log=print, cuda_arch: str | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.tools.install", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llmgate.install", description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["llama-server", "llama-src"],
                     help="llama-server: build it; llama-src: write the slim source pack to OUT")
     ap.add_argument("out", nargs="?", help="llama-src: the .tar.xz to write")
