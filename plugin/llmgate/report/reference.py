@@ -1,5 +1,6 @@
-"""Published reference figures (the seed's RTX 4070 measurements, shipped under
-``baselines/reference/``) beside a run's own figures, with the conditions of both.
+"""Published reference figures (the seed's RTX 4070 measurements) beside a run's own figures, with
+the conditions of both.  The figures are files of the repository's ``baselines/reference/``, read
+from the working directory (or a path given by name); they are not part of the installed package.
 
     python -m llmgate.reference [--run .llmgate/report.json] [--reference seed-rtx4070]
 

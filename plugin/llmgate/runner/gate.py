@@ -42,17 +42,17 @@ class Gate:
     def __init__(self, item: pytest.Item, session: GateSession, request: pytest.FixtureRequest | None = None):
         self.item, self.session, self._request = item, session, request
         self.verdicts: list[Verdict] = []
-        self.stored: list[Any] = []            # pytest-benchmark entries this test added
-        self.first_measurement: list[Verdict] | None = None
+        self._stored: list[Any] = []            # pytest-benchmark entries this test added
+        self._first_measurement: list[Verdict] | None = None
         self.notes: list[str] = []
-        self.confirm = True
-        self.request_counts = [0, 0]            # requests sent, failed (Gate.requests)
+        self._confirm = True
+        self._request_counts = [0, 0]            # requests sent, failed (Gate.requests)
 
     # -- the public API: what a scenario is given ----------------------------------------------
     @property
     def entry(self) -> ServerConfig:
         """The matrix entry this test measures (``entry.id``, ``entry.device``, ``entry.max_model_len`` …)."""
-        cfg = self.config_entry
+        cfg = self._config_entry
         if cfg is None:
             raise RuntimeError(f"{self.item.nodeid}: not a scenario of the matrix: mark it @llmgate.scenario() "
                                f"(or take the llmgate_config fixture) so that it runs once per matrix entry")
@@ -252,7 +252,7 @@ class Gate:
         """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this
         test: ``--llmgate-min-effect``, then the test's ``@pytest.mark.llmgate(min_effect=…)``, then
         the entry's ``min_effect``, then the metric's own."""
-        return self.session.min_effect(metric, key, self.config_entry, self.item)
+        return self.session.min_effect(metric, key, self._config_entry, self.item)
 
     def acceptance_meaningful(self) -> str | None:
         """None when this entry's speculative acceptance is a figure to record and compare (a
@@ -282,7 +282,7 @@ class Gate:
                                f"scenario + entry + metric, so two scenarios need different function names")
 
     @property
-    def config_entry(self) -> ServerConfig | None:
+    def _config_entry(self) -> ServerConfig | None:
         callspec = getattr(self.item, "callspec", None)
         return callspec.params.get("llmgate_config") if callspec else None
 
@@ -290,7 +290,7 @@ class Gate:
         """What every stored result carries: configuration, engine, model, device, settings, memory,
         and what ``pytest_llmgate_provenance`` hooks add."""
         out = self._provenance()
-        self.item.config.hook.pytest_llmgate_provenance(item=self.item, entry=self.config_entry, provenance=out)
+        self.item.config.hook.pytest_llmgate_provenance(item=self.item, entry=self._config_entry, provenance=out)
         return out
 
     def _provenance(self) -> dict[str, Any]:
@@ -298,7 +298,7 @@ class Gate:
         out: dict[str, Any] = {"device": device.describe(),
                                "settings": {"repeats": st.repeats, "warmup": st.warmup,
                                             "request_timeout_s": st.request_timeout}}
-        cfg = self.config_entry
+        cfg = self._config_entry
         if cfg is None:
             return out
         out["config"] = cfg.describe()
@@ -314,27 +314,27 @@ class Gate:
     def require_lever(self, lever: str) -> ServerConfig:
         """This test's matrix entry, which must take part in ``lever`` (tests carry
         ``@pytest.mark.lever(name)``, so other entries were skipped before booting)."""
-        cfg = self.config_entry
+        cfg = self._config_entry
         if cfg is None or lever not in cfg.levers:
             raise RuntimeError(f"require_lever({lever!r}): the test needs @pytest.mark.lever({lever!r}) and a matrix "
                                f"entry that lists it")
         return cfg
 
     def remember(self, lever: str, figures: dict[str, Any]) -> None:
-        cfg = self.config_entry
+        cfg = self._config_entry
         assert cfg is not None
         self.session.lever_results[(lever, cfg.id)] = figures
 
     def reference(self, lever: str) -> tuple[ServerConfig | None, dict[str, Any] | None]:
         """The reference entry of this test's entry and its figures for ``lever`` in this session."""
-        cfg = self.config_entry
+        cfg = self._config_entry
         if cfg is None or cfg.reference is None:
             return None, None
         ref = self.session.matrix.by_id(cfg.reference)
         return ref, self.session.lever_results.get((lever, ref.id))
 
-    def fingerprint(self) -> dict[str, Any]:
-        cfg = self.config_entry
+    def _fingerprint(self) -> dict[str, Any]:
+        cfg = self._config_entry
         server = self.session.servers.get(cfg.id) if cfg else None
         handle = server.handle if server is not None else None
         model_hash: str | None
@@ -347,9 +347,9 @@ class Gate:
         return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
                                           self.session.matrix.scenarios.workload(cfg.device if cfg else None))
 
-    def measurement_boot(self) -> tuple[int, int] | None:
+    def _measurement_boot(self) -> tuple[int, int] | None:
         """(k, K): this test measures boot k of its entry's K (tests marked ``boots``); None otherwise."""
-        cfg = self.config_entry
+        cfg = self._config_entry
         callspec = getattr(self.item, "callspec", None)
         k = callspec.params.get("llmgate_boot") if callspec else None
         if cfg is None or k is None:
@@ -371,9 +371,9 @@ class Gate:
         metrics.register(metric)                 # a team's own Metric: known to options and reports from here on
         key = metric.name + (f"@{variant}" if variant else "")
         self._claim(key)
-        cfg = self.config_entry
+        cfg = self._config_entry
         test = getattr(self.item, "originalname", self.item.name)
-        boots, mb = [values], self.measurement_boot()
+        boots, mb = [values], self._measurement_boot()
         if mb is not None and cfg is not None:
             k, n_boots = mb
             slot = (cfg.id, test, key)
@@ -387,7 +387,7 @@ class Gate:
             boots = [done[i] for i in sorted(done)]
             if any(self.session.boot_raw[slot].get(i) is not None for i in done):
                 raw = {"boots": [self.session.boot_raw[slot].get(i) for i in sorted(done)]}
-        fp = self.fingerprint()
+        fp = self._fingerprint()
         extra = {**self.provenance(), **info, "fingerprint": fp}
         if raw is not None:
             extra["raw"] = raw
@@ -421,7 +421,7 @@ class Gate:
                               base[0] if base else None, prior=prior,
                               assumed=noise_prior.assumed(cfg.device if cfg else None, metric))
         noise = Noise.of(boots).pooled(prior)
-        self.stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
+        self._stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
         regime = self.session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
         where = attribution(verdict, parts) if parts else None
         if where:
@@ -443,13 +443,13 @@ class Gate:
         requests becomes a verdict ("regressed" when any failed, whatever the baseline)."""
         samples = [s for r in results for s in r.samples]
         failed = [s for s in samples if not s.ok]
-        self.request_counts[0] += len(samples)
-        self.request_counts[1] += len(failed)
+        self._request_counts[0] += len(samples)
+        self._request_counts[1] += len(failed)
         if failed:
-            v = self.requests_verdict()
+            v = self._requests_verdict()
             errors = sorted({(s.error or "unknown error")[:300] for s in failed})
             label = ", ".join(sorted({r.label for r in results if r.label})) or "measurement"
-            cfg = self.config_entry
+            cfg = self._config_entry
             server = self.session.servers.get(cfg.id) if cfg else None
             h = server.handle if server is not None else None
             if h is not None:
@@ -462,16 +462,16 @@ class Gate:
                         f"are counted, never dropped:\n" + "\n".join(f"  {e}" for e in errors[:8]),
                         pytrace=False)
 
-    def requests_verdict(self) -> Verdict:
-        total, failed = self.request_counts
-        cfg = self.config_entry
+    def _requests_verdict(self) -> Verdict:
+        total, failed = self._request_counts
+        cfg = self._config_entry
         v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
                   [failed / total], None)
         v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
                                 status=REGRESSED if failed else UNCHANGED, note=f"{failed} of {total} requests failed")
         self.verdicts.append(v)
         self.session.verdicts.append(v)
-        self.request_counts = [0, 0]
+        self._request_counts = [0, 0]
         return v
 
     def attach(self, verdicts: list[Verdict], confirm: bool = False) -> None:
@@ -482,43 +482,43 @@ class Gate:
             v = dataclasses.replace(v, test=test)
             self.verdicts.append(v)
             self.session.verdicts.append(v)
-        self.confirm = self.confirm and confirm
+        self._confirm = self._confirm and confirm
 
     def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
         """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
         key = metric.name + (f"@{variant}" if variant else "")
-        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, self.fingerprint(),
+        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, self._fingerprint(),
                                        self.session.settings.allow_mismatch)
         if base is None:
             return None
         info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
-        if (baseline_store.fingerprint_mismatch(info.get("fingerprint") or {}, self.fingerprint())
+        if (baseline_store.fingerprint_mismatch(info.get("fingerprint") or {}, self._fingerprint())
                 and not self.session.settings.allow_mismatch):
             return None
         return info
 
     def note(self, text: str) -> None:
         """Something the reader of the results must know (an unsupported figure…): shown in the summary."""
-        cfg = self.config_entry
+        cfg = self._config_entry
         self.notes.append(text)
         self.session.notes.append(f"{cfg.id if cfg else self.item.name}: {text}")
 
     @property
-    def regressions(self) -> list[Verdict]:
+    def _regressions(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.failed]
 
     @property
-    def refusals(self) -> list[Verdict]:
+    def _refusals(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.status == REFUSED]
 
-    def start_confirmation(self) -> list[Verdict]:
+    def _start_confirmation(self) -> list[Verdict]:
         """Set the first measurement aside (kept in the report, dropped from storage) before re-measuring."""
         first = list(self.verdicts)
-        baseline_store.drop_stored(self.item.config, self.stored)
-        self.stored.clear()
+        baseline_store.drop_stored(self.item.config, self._stored)
+        self._stored.clear()
         for v in first:
             if v in self.session.verdicts:
                 self.session.verdicts.remove(v)
         self.verdicts.clear()
-        self.first_measurement = first
+        self._first_measurement = first
         return first
