@@ -134,7 +134,7 @@ def run(handle: ServerHandle, requests: list[Request], concurrency: int,
         samples = asyncio.run(_gather(handle.base_url, headers, requests, concurrency, timeout))
         wall = time.perf_counter() - t0
     else:
-        pool = _pool(workers)
+        pool = _pool(workers).executor
         shares = [concurrency // workers + (i < concurrency % workers) for i in range(workers)]
         futures = [pool.submit(_worker, handle.base_url, headers, requests[i::workers], shares[i], timeout)
                    for i in range(workers)]
@@ -167,16 +167,35 @@ def _worker(base_url: str, headers: dict[str, str], requests: list[Request], con
     return asyncio.run(_gather(base_url, headers, requests, concurrency, timeout))
 
 
-_POOLS: dict[int, concurrent.futures.ProcessPoolExecutor] = {}
+@dataclasses.dataclass
+class _ClientPool:
+    """Client processes of one size, started once (spawned: the parent has threads) and kept for the
+    session, for fixed runs and steady runs alike.  Each process holds (``_steady_init``) the queue to
+    this process, the stop flag and the start signal that a steady run uses."""
+
+    executor: concurrent.futures.ProcessPoolExecutor
+    queue: Any
+    stop: Any
+    go: Any
+
+    def pids(self) -> list[int]:
+        # the executor names its processes only in a private table: read in this one place
+        return [p.pid for p in (self.executor._processes or {}).values()]
 
 
-def _pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
-    """Client processes, started once (spawned: the parent has threads) and kept for the session."""
+_POOLS: dict[int, _ClientPool] = {}
+
+
+def _pool(workers: int) -> _ClientPool:
     if workers not in _POOLS:
         import multiprocessing
 
-        _POOLS[workers] = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-        list(_POOLS[workers].map(_warm, range(workers)))     # imports done before anything is timed
+        ctx = multiprocessing.get_context("spawn")
+        q, flag, go = ctx.Queue(), ctx.Event(), ctx.Event()
+        executor = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_steady_init,
+                                                          initargs=(q, flag, go))
+        list(executor.map(_warm, range(workers)))     # imports done before anything is timed
+        _POOLS[workers] = _ClientPool(executor, q, flag, go)
     return _POOLS[workers]
 
 
@@ -196,13 +215,15 @@ def _import_http_backend() -> None:
 
 def client_pids() -> list[int]:
     """Process ids of the client worker processes (for CPU accounting)."""
-    return [p.pid for pool in _POOLS.values() for p in (pool._processes or {}).values()]
+    return [pid for pool in _POOLS.values() for pid in pool.pids()]
 
 
 @atexit.register
 def _shutdown_pools() -> None:
     for pool in _POOLS.values():
-        pool.shutdown(cancel_futures=True)
+        pool.stop.set()               # a steady run still waiting for its signal or its end gives up
+        pool.go.set()
+        pool.executor.shutdown(cancel_futures=True)
     _POOLS.clear()
 
 
@@ -431,31 +452,6 @@ def _steady_worker(base_url: str, headers: dict[str, str], spec_: RequestSpec, c
                                        lambda *a: q.put(a), flag.is_set, stagger, begin))
 
 
-_STEADY_POOLS: dict[int, tuple[concurrent.futures.ProcessPoolExecutor, Any, Any, Any]] = {}
-
-
-def _steady_pool(workers: int):
-    if workers not in _STEADY_POOLS:
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        q, flag, go = ctx.Queue(), ctx.Event(), ctx.Event()
-        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_steady_init,
-                                                      initargs=(q, flag, go))
-        list(pool.map(_warm, range(workers)))
-        _STEADY_POOLS[workers] = (pool, q, flag, go)
-    return _STEADY_POOLS[workers]
-
-
-@atexit.register
-def _shutdown_steady_pools() -> None:
-    for pool, _, flag, go in _STEADY_POOLS.values():
-        flag.set()
-        go.set()
-        pool.shutdown(cancel_futures=True)
-    _STEADY_POOLS.clear()
-
-
 def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings: Steady,
            timeout: float = DEFAULT_REQUEST_TIMEOUT_S, rate: float | None = None, label: str = "",
            workers: int | None = None) -> SteadyResult:
@@ -498,7 +494,8 @@ def _steady_run(handle: ServerHandle, spec_: RequestSpec, concurrency: int, sett
     _import_http_backend()
     pool = None
     if workers > 1:
-        pool, q, flag, go = _steady_pool(workers)
+        clients = _pool(workers)
+        pool, q, flag, go = clients.executor, clients.queue, clients.stop, clients.go
     probe: list[Sample] = []
     stagger = 0.0
     if rate is None and concurrency > 1:
