@@ -20,6 +20,9 @@ The packaged scenarios: ``pytest --pyargs llmgate.scenarios``.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from llmgate.core import metrics
@@ -36,7 +39,28 @@ __all__ = ["Gate", "Metric", "metrics", "scenario"]
 # the documented modules (docs/api.md) by their public names, where they live now
 _PUBLIC_MODULES = {"ab": "llmgate.levers.ab", "probe": "llmgate.levers.probe", "quality": "llmgate.levers.quality",
                    "stats": "llmgate.analysis.stats", "verdict": "llmgate.analysis.verdict",
-                   "matrix": "llmgate.config.matrix"}
+                   "matrix": "llmgate.config.matrix", "metrics": "llmgate.core.metrics"}
+
+
+class _PublicNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import llmgate.ab`` and ``from llmgate.matrix import ServerConfig`` as docs/api.md writes
+    them: the public name is the module of its layer (the same object, imported on first use)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        name = fullname.removeprefix("llmgate.")
+        if name == fullname or name not in _PUBLIC_MODULES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module(_PUBLIC_MODULES[spec.name.removeprefix("llmgate.")])
+
+    def exec_module(self, module: Any) -> None:
+        pass                           # the module of its layer, already executed
+
+
+if not any(isinstance(f, _PublicNames) for f in sys.meta_path):
+    sys.meta_path.append(_PublicNames())
 
 F = TypeVar("F", bound=Callable[..., Any])
 

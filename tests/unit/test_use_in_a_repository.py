@@ -169,7 +169,7 @@ def test_llmgate_comes_from_the_wheel_and_the_engine_from_its_entry_point(projec
     probe = textwrap.dedent("""
         import json, sys, llmgate, llmgate.scenarios
         from llmgate import engines
-        from llmgate.config.matrix import ServerConfig
+        from llmgate.matrix import ServerConfig
         (reg,) = engines.registrations()["scratch-vllm"]
         refused = engines.get("scratch-vllm").unavailable(ServerConfig(id="x", engine="scratch-vllm", model="tiny"))
         print(json.dumps({"llmgate": llmgate.__file__, "scenarios": llmgate.scenarios.__file__, "path": sys.path,
