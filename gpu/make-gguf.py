@@ -1,5 +1,5 @@
 """Make the GGUF files a matrix's llama.cpp entries load, ahead of a run, on the machine itself
-(no network): the [models] shape with llmgate's seeded random weights (llmgate.tinymodel: the
+(no network): the [models] shape with llmgate's seeded random weights (llmgate.models.tinymodel: the
 Hugging Face folder with model.safetensors, then the same weights written as a bf16 GGUF with Q/K
 rows permuted as convert_hf_to_gguf.py does), then each entry's ``quantization`` (Q8_0, Q4_K_M …)
 with the llama-quantize beside the entry's llama-server.  Exactly what a session would do before
@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from llmgate import matrix as matrix_mod
-from llmgate.server import BootError, Server
+from llmgate.config import matrix as matrix_mod
+from llmgate.process.server import BootError, Server
 
 
 def main(argv: list[str]) -> int:

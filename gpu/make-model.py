@@ -1,9 +1,9 @@
 """Write the config-only model folders a GPU matrix names, into llmgate's model cache, ahead of a run.
 
 GPU entries load random weights with ``load_format = "dummy"``, so a model of a large shape
-(``[models.NAME]`` in the matrix: llmgate.tinymodel.TinySpec fields) needs only its
+(``[models.NAME]`` in the matrix: llmgate.models.tinymodel.TinySpec fields) needs only its
 config.json and tokenizer files.  A run makes them itself when they are missing (the matrix's
-model resolution builds ``llmgate.tinymodel.build(..., config_only=True)`` for dummy entries:
+model resolution builds ``llmgate.models.tinymodel.build(..., config_only=True)`` for dummy entries:
 same config, same locally trained tokenizer, same manifest, no model.safetensors, cached as
 ``$LLMGATE_CACHE/models/NAME-KEY-config``); this script only does it beforehand, e.g. to carry
 the folders to a machine (gpu/run-gate.sh).  The content hash covers config and tokenizer, and
@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
-from llmgate import matrix as matrix_mod
-from llmgate import tinymodel
+from llmgate.config import matrix as matrix_mod
+from llmgate.models import tinymodel
 
 
 def main(argv: list[str]) -> int:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .matrix import Matrix, ServerConfig
-    from .verdict import Verdict
+    from llmgate.config.matrix import Matrix, ServerConfig
+    from llmgate.analysis.verdict import Verdict
 
 
 @pytest.hookspec

@@ -1,9 +1,11 @@
-"""pytest glue only: options, markers, hooks, fixtures and the session summary.
+"""pytest glue: options, markers, hooks, fixtures and the session summary (the pytest11 entry
+point ``llmgate.plugin``).
 
-The work is done by the modules of the data flow: matrix → engines → server (pool) → load →
-samples → stats → verdict → report, with baseline for storage.  What a session keeps is in
-``session``, the ``gate`` fixture's object in ``gate``, pytest-xdist support in ``xdist``,
-llmgate's own hooks in ``hookspec``.
+The work is done by the layers under it, one folder each, and a run flows through them: config →
+engines (the adapter) → process (the server) → load → samples → analysis (stats, verdict) → store
+→ report, driven by ``runner`` (the session, the ``gate`` fixture's object, the confirmation
+policy, pytest-xdist support).  The layers, what each may import and where a new engine,
+scenario, metric or report goes: docs/architecture.md.  llmgate's own hooks are in ``hookspec``.
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ import sys
 
 import pytest
 
-from . import baseline as baseline_store
-from . import device, engines, hookspec, report
-from . import server as server_mod, strays, xdist
-from . import interrupt
-from .gate import GATE_KEY, Gate
-from .load import PromptMaker
-from .matrix import MatrixError, ServerConfig
-from .server import BootError, ServerDied, ServerHandle, Unsupported
-from .session import SESSION_KEY, GateSession, say
-from .settings import Settings
-from .verdict import DEFAULT_ALPHA, Verdict
+from llmgate.store import baseline as baseline_store
+from llmgate import engines, hookspec
+from llmgate.device import hardware as device
+from llmgate.report import reports as report
+from llmgate.process import server as server_mod
+from llmgate.process import strays
+from llmgate.runner import distribution as xdist
+from llmgate.process import interrupts as interrupt
+from llmgate.config.ids import LEVER_OFF
+from llmgate.runner import confirm
+from llmgate.runner.gate import GATE_KEY, Gate
+from llmgate.load.workloads import PromptMaker
+from llmgate.config.matrix import MatrixError, ServerConfig
+from llmgate.process.server import BootError, ServerDied, ServerHandle, Unsupported
+from llmgate.runner.session import SESSION_KEY, GateSession, say
+from llmgate.runner.settings import Settings
+from llmgate.analysis.verdict import DEFAULT_ALPHA
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -182,8 +190,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
                        f"{have} visible"))))
         if lever is not None and cfg is not None:
             if lever.args[0] not in cfg.levers:
-                item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this "
-                                                        f"entry (levers = {list(cfg.levers)})"))
+                off = f"{cfg.id}: lever '{lever.args[0]}' is not enabled for this entry (levers = {list(cfg.levers)})"
+                item.add_marker(pytest.mark.skip(reason=off))
+                # the reports count an entry's skips apart from those of levers it does not enable: by this, not by the text
+                item.user_properties.append((LEVER_OFF, lever.args[0]))
             else:
                 why = engines.get(cfg.engine).cannot(lever.args[0], cfg)
                 if why:
@@ -299,43 +309,12 @@ def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """The verdict belongs to the test that measured it.  A regression is re-measured once on
-    a fresh server (confirmation run) and fails only if the re-measurement regresses too."""
+    """The verdict belongs to the test that measured it; what a regression costs the test (a
+    confirmation run on a fresh server first) is decided by ``llmgate.runner.confirm``."""
     result = yield
     g = item.stash.get(GATE_KEY, None)
-    if g is None:
-        return result
-    if g.request_counts[0]:
-        g.requests_verdict()          # all requests succeeded: one row saying how many there were
-    if g.refusals:
-        lines = "\n".join("  " + v.line() for v in g.refusals)
-        pytest.fail(f"refusing to compare with {g.refusals[0].baseline_source} (pass --llmgate-allow-mismatch to "
-                    f"compare anyway):\n{lines}", pytrace=False)
-    if not g.regressions:
-        return result
-    mb = g.measurement_boot()
-    if mb is not None and mb[1] > 1:
-        g.confirm = False           # the verdict spans the entry's boots already
-    if not (g.session.settings.confirm and g.confirm):
-        _fail_regressed(g.regressions, "")
-    first = g.start_confirmation()
-    first_bad = [v for v in first if v.failed]
-    cfg = g.config_entry
-    handle = g.session.reboot(cfg) if cfg is not None else None
-    where = f"on a fresh server (boot {handle.boot_number})" if handle is not None else "once more"
-    say(item.config, f"llmgate: {item.nodeid}: {len(first_bad)} metric(s) regressed; confirmation run {where}")
-    item.runtest()
-    if g.request_counts[0]:
-        g.requests_verdict()
-    confirmed = [v for v in g.regressions if v.key in {f.key for f in first_bad}]
-    if confirmed:
-        firsts = {v.key: v for v in first_bad}
-        _fail_regressed(confirmed, f"first measurement and the confirmation run {where} both regressed; first run:\n"
-                        + "\n".join("  " + firsts[v.key].line() for v in confirmed) + "\nconfirmation run:\n")
-    for v in first_bad:
-        note = f"{v.key}: first measurement regressed ({v.change:+.1%}), the confirmation run {where} did not"
-        g.note(note)
-        item.warn(pytest.PytestWarning(f"llmgate: {note}"))
+    if g is not None:
+        confirm.settle(item, g)
     return result
 
 
@@ -347,11 +326,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if call.excinfo is not None and call.excinfo.errisinstance(ServerDied) and rep.failed:
         rep.longrepr = str(call.excinfo.value)
     return rep
-
-
-def _fail_regressed(verdicts: list[Verdict], preface: str) -> None:
-    lines = "\n".join("  " + v.line() for v in verdicts)
-    pytest.fail(f"performance regression against {verdicts[0].baseline_source}:\n{preface}{lines}", pytrace=False)
 
 
 # -- end of session ------------------------------------------------------------------------

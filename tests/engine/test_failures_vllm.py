@@ -38,7 +38,8 @@ env = {{ VLLM_ENABLE_V1_MULTIPROCESSING = "0" }}   # the worker inside EngineCor
 
 KILL_TESTS = """
 import os, signal, threading
-from llmgate import load, metrics
+from llmgate.load import workloads as load
+from llmgate.core import metrics
 
 def test_1_decode(llmgate_config, llmgate_server, llmgate_prompts, gate):
     h = llmgate_server
@@ -89,7 +90,8 @@ PROXY_TESTS = """
 import dataclasses, os, signal, threading, time
 import httpx, pytest
 from delay_proxy import DelayProxy
-from llmgate import load, metrics
+from llmgate.load import workloads as load
+from llmgate.core import metrics
 
 def test_a_api_key(llmgate_server, llmgate_prompts, gate):
     h = llmgate_server

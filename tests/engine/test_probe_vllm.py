@@ -9,8 +9,9 @@ that serves is what ``vllm:cache_config_info`` gives: (blocks − 1) × block si
 """
 
 
-from llmgate import matrix, probe
-from llmgate.server import Server
+from llmgate.config import matrix
+from llmgate.levers import probe
+from llmgate.process.server import Server
 
 MATRIX = """
 [[matrix]]

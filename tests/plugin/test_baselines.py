@@ -12,13 +12,15 @@ import pytest
 from pytest_benchmark.utils import get_machine_id
 
 import baseline_files
-from llmgate import baseline, device, matrix
+from llmgate.store import baseline
+from llmgate.device import hardware as device
+from llmgate.config import matrix
 
 pytest_plugins = ["pytester"]
 
 RECORDING_TEST = """
 import json, os, pathlib
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_measure(gate):
     runs = pathlib.Path("runs.txt")
@@ -334,7 +336,7 @@ def test_a_storage_that_cannot_be_written_stops_the_run_before_it_starts(pyteste
 BREAKING_TEST = """
 import pathlib, shutil
 from pytest_benchmark.utils import get_machine_id
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_measure(gate):
     gate.record(metrics.DECODE_TOK_S, [100.0, 101.0, 99.0, 100.0, 102.0])
@@ -426,8 +428,8 @@ def test_an_unset_arrival_rate_is_the_devices_default_in_the_workload():
     """The CPU's default arrival rate moved from 2 to 1 req/s (2 overloaded the tiny model's vLLM on
     2 cores): a baseline stored with the rate unset at the old default is another workload, while
     the GPU's (16 req/s, unchanged) still compares."""
-    from llmgate import baseline as b
-    from llmgate.matrix import Scenarios
+    from llmgate.store import baseline as b
+    from llmgate.config.matrix import Scenarios
 
     sc = Scenarios()
     assert sc.workload()["arrival_rate"] is None

@@ -1,12 +1,12 @@
 """llmgate stores and compares through pytest-benchmark's internals, in one module
-(``llmgate.baseline``, whose ``RELIES_ON`` lists what it uses).  This test checks each of them
+(``llmgate.store.baseline``, whose ``RELIES_ON`` lists what it uses).  This test checks each of them
 against the installed pytest-benchmark and names what is gone, so that a pytest-benchmark
 release that changes one fails here, loudly, rather than as a baseline quietly not compared."""
 
 import inspect
 import json
 
-from llmgate import baseline
+from llmgate.store import baseline
 
 pytest_plugins = ["pytester"]
 
@@ -15,7 +15,7 @@ import json, pytest
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session):
-    from llmgate import baseline
+    from llmgate.store import baseline
     config = session.config
     out = {"config attribute": [n for n in baseline.RELIES_ON["config attribute"] if not hasattr(config, n)]}
     bs = baseline.benchmark_session(config)
@@ -38,7 +38,7 @@ def test_pytest_benchmark_still_has_what_llmgate_uses(pytester):
     r.assert_outcomes(passed=1)
     found = json.loads((pytester.path / "found.json").read_text())
     missing = {k: v for k, v in found.items() if k != "options given to the fixture" and v}
-    assert not missing, f"pytest-benchmark no longer has what llmgate.baseline relies on: {missing}"
+    assert not missing, f"pytest-benchmark no longer has what llmgate.store.baseline relies on: {missing}"
 
     from pytest_benchmark.fixture import BenchmarkFixture
     params = inspect.signature(BenchmarkFixture.__init__).parameters

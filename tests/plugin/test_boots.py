@@ -23,7 +23,7 @@ id = "second"
 PER_BOOT_TEST = """
 import json, os
 import pytest
-from llmgate import metrics
+from llmgate.core import metrics
 
 @pytest.mark.boots
 def test_measure(llmgate_config, llmgate_boot, gate):

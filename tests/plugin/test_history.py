@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from llmgate import changepoint, history
+from llmgate.analysis import changepoint
+from llmgate.store import history
 
 pytest_plugins = ["pytester"]
 
@@ -149,7 +150,7 @@ def test_plot_is_written(tmp_path):
 
 RECORDING_TEST = """
 import json, os
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_measure(gate):
     gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"]))
@@ -177,7 +178,7 @@ def test_every_gate_run_appends_one_record_and_the_options_choose_the_folder(pyt
 PER_BOOT_TEST = """
 import json, os
 import pytest
-from llmgate import metrics
+from llmgate.core import metrics
 
 @pytest.mark.boots
 def test_measure(llmgate_config, llmgate_boot, gate):

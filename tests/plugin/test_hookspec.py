@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmgate import baseline
+from llmgate.store import baseline
 
 pytest_plugins = ["pytester"]
 
@@ -39,7 +39,7 @@ def pytest_llmgate_verdicts(config, verdicts):
 """
 
 TESTS = """
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_decode(llmgate_config, gate):
     gate.record(metrics.DECODE_TOK_S, [100.0, 101.0, 99.0])

@@ -22,9 +22,13 @@ import jsonschema
 import psutil
 import pytest
 
-from llmgate import device, interrupt, proctree, strays, watchdog
+from llmgate.device import hardware as device
+from llmgate.process import interrupts as interrupt
+from llmgate.process import proctree
+from llmgate.process import strays
+from llmgate.process import watchdog
 from llmgate.engines import vllm
-from llmgate.matrix import Matrix, ServerConfig
+from llmgate.config.matrix import Matrix, ServerConfig
 
 from stand_ins import SLEEP, SLEEP_SH, ended_process, kernel_tells_exit_codes, marked, plant, wait_until
 
@@ -43,7 +47,7 @@ def tree_cmd(marker: str, code: str = "wait") -> list[str]:
 GATE = """
 import subprocess, sys, time
 sys.path.insert(0, {plugin!r})
-from llmgate import watchdog
+from llmgate.process import watchdog
 p = subprocess.Popen(watchdog.command({cmd!r}), process_group=0)
 print(p.pid, flush=True)
 time.sleep(300)
@@ -233,7 +237,7 @@ def test_a_handler_someone_else_installed_is_kept(default_signals):
 INTERRUPTED_SESSION = """
 import os, time
 from pathlib import Path
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_1_measured(gate):
     gate.record(metrics.DECODE_TOK_S, [100.0, 101.0, 99.0])
@@ -385,7 +389,7 @@ def test_busy_gpu_without_nvml_leaves_it_to_the_engine(monkeypatch):
 
 
 def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, tmp_path):
-    from llmgate import server
+    from llmgate.process import server
 
     monkeypatch.setattr(device, "_nvml", lambda: fake_nvml(H200))
     monkeypatch.setattr(vllm.Adapter, "unavailable", lambda self, cfg: None)   # installed or not: the GPU decides
@@ -400,7 +404,7 @@ def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, 
 def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch, tmp_path, default_signals):
     """Should the main thread not get to stop the servers after the signal, a helper thread
     ends those nobody began to stop (interrupt.STUCK_S later); one being stopped is left alone."""
-    from llmgate import server
+    from llmgate.process import server
 
     monkeypatch.setattr(interrupt, "STUCK_S", 0.2)
     called = []
@@ -445,7 +449,7 @@ def test_right_after_a_stop_the_busy_check_waits_for_the_memory_to_show_free(mon
     """The next entry of a one-GPU session boots right after the previous server stopped: while
     NVML still counts that memory the check re-reads it (up to server.GPU_SETTLE_S), and boots once
     it is free; without a recent stop it refuses at once, as above."""
-    from llmgate import server
+    from llmgate.process import server
 
     answers = ["busy: not booted: the GPU is busy (1)", "busy: not booted: the GPU is busy (2)", None]
     reads = []

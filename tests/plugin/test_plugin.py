@@ -144,7 +144,7 @@ def test_bad_min_effect_option(pytester):
 
 RECORDING_TEST = """
 import json, os
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_measure(gate):
     values = json.loads(os.environ["VALUES"])

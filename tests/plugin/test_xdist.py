@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from llmgate import baseline, device
+from llmgate.store import baseline
+from llmgate.device import hardware as device
 
 pytest_plugins = ["pytester"]
 
@@ -27,7 +28,7 @@ id = "second"
 
 TESTS = """
 import json, os
-from llmgate import metrics
+from llmgate.core import metrics
 
 def test_decode(llmgate_config, gate):
     gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"])[llmgate_config.id])
@@ -103,7 +104,7 @@ def test_entries_stay_on_one_worker_and_store_compare_and_report_per_run(pyteste
     ("t.py::test_p[other]", "t.py::test_p[other]"),
 ])
 def test_tests_are_grouped_by_matrix_entry(nodeid, scope):
-    from llmgate.xdist import entry_scope
+    from llmgate.config.ids import entry_scope
     assert entry_scope(nodeid, ["h200-12gb", "h200-12gb-bf16"]) == scope
 
 

@@ -8,12 +8,15 @@ from pathlib import Path
 from pytest_benchmark.stats import Stats
 from pytest_benchmark.utils import get_machine_id
 
-from llmgate import baseline, metrics
+from llmgate.store import baseline
+from llmgate.core import metrics
 
 
 def fingerprint_for(matrix_path: Path, config_id: str) -> dict:
     """The fingerprint a run of ``config_id`` from that matrix file has on this machine."""
-    from llmgate import device, matrix, tinymodel
+    from llmgate.device import hardware as device
+    from llmgate.config import matrix
+    from llmgate.models import tinymodel
 
     m = matrix.load(matrix_path)
     cfg = m.by_id(config_id)

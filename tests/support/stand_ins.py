@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from llmgate import proctree, strays
+from llmgate.process import proctree, strays
 
 
 def marked(token: str) -> list[psutil.Process]:

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from llmgate.client import stream_request
+from llmgate.load.client import stream_request
 
 # times the client against a stub server: run alone, not beside another xdist worker (tox.ini)
 
@@ -137,7 +137,7 @@ def test_chat_deltas(server):
 
 
 def test_several_client_processes_keep_request_order_and_count_everything(server, monkeypatch):
-    from llmgate import load
+    from llmgate.load import workloads as load
 
     class Handle:            # what load.run needs of a server handle
         base_url = server

@@ -30,7 +30,7 @@ import uuid
 import psutil
 import pytest
 
-from llmgate import strays
+from llmgate.process import strays
 from stand_ins import SLEEP, SLEEP_SH, ended_process, kernel_tells_exit_codes, marked, plant, wait_until
 
 pytest_plugins = ["pytester"]
@@ -50,7 +50,8 @@ env = {{ {mark} = "{run}" }}
 """
 
 MEASURE = """
-from llmgate import load, metrics
+from llmgate.load import workloads as load
+from llmgate.core import metrics
 
 def test_1_short(llmgate_server, llmgate_prompts, gate):
     res = load.decode_run(llmgate_server, llmgate_prompts, 16, 8, 1, 0, 120, "short")
@@ -70,7 +71,8 @@ KILL_CORE = """
 import os, signal, threading, time
 from pathlib import Path
 import psutil
-from llmgate import load, metrics
+from llmgate.load import workloads as load
+from llmgate.core import metrics
 
 def _kill_core_once_streaming(h):
     while h.log_path.read_text(errors="replace").count("POST /v1/completions") < 1:

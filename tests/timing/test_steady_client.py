@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import load, stats, tinymodel
+from llmgate.load import workloads as load
+from llmgate.analysis import stats
+from llmgate.models import tinymodel
 
 # times the client against a stub server: run alone, not beside another xdist worker (tox.ini)
 

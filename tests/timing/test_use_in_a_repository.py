@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from engine_procs import engine_processes
-from llmgate import history, tinymodel
+from llmgate.store import history
+from llmgate.models import tinymodel
 
 pytestmark = pytest.mark.real_engine      # (and timing: its folder)
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from llmgate import bisect, venvs
+from llmgate.levers import bisection as bisect
+from llmgate.tools import venvs
 
 
 def fake(levels, noise=0.02, undecidable=()):

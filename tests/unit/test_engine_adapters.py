@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import engines, signals
-from llmgate.matrix import ServerConfig
+from llmgate import engines
+from llmgate.engines import meters as signals
+from llmgate.config.matrix import ServerConfig
 
 DATA = Path(__file__).parents[1] / "data"
 SGLANG = DATA / "sglang-0.5.17-h200"

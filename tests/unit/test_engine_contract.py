@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import engines, matrix
+from llmgate import engines
+from llmgate.config import matrix
 from llmgate.engines import base, contract
 
 ROOT = Path(__file__).parents[2]

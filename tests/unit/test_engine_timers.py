@@ -10,8 +10,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgate import device, engines, metrics, signals
-from llmgate.verdict import attribution, judge_boots
+from llmgate import engines
+from llmgate.device import hardware as device
+from llmgate.core import metrics
+from llmgate.engines import meters as signals
+from llmgate.analysis.verdict import attribution, judge_boots
 
 SGLANG = Path(__file__).parents[1] / "data" / "sglang-0.5.17-h200"
 

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from llmgate import device, engines, matrix, tinymodel
-from llmgate.matrix import ServerConfig
-from llmgate.server import BootError, Server
+from llmgate import engines
+from llmgate.device import hardware as device
+from llmgate.config import matrix
+from llmgate.models import tinymodel
+from llmgate.config.matrix import ServerConfig
+from llmgate.process.server import BootError, Server
 
 H200 = {"index": 0, "name": "NVIDIA H200", "memory_total": 150_754_820_096}          # as NVML reported it
 RTX_4070 = {"index": 0, "name": "NVIDIA GeForce RTX 4070", "memory_total": 12_878_610_432}
@@ -87,7 +90,7 @@ def test_config_only_hash_is_the_committed_h200_baselines(monkeypatch, tmp_path)
     GPU baselines of that shape were recorded with (comparable without a preparation step)."""
     from pathlib import Path
 
-    from llmgate import baseline
+    from llmgate.store import baseline
 
     monkeypatch.setenv("LLMGATE_CACHE", str(tmp_path))
     m = matrix.load(matrix.DEFAULT_MATRIX)

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PUBLIC_API = ["plugin/llmgate/__init__.py", "plugin/llmgate/gate.py", "plugin/llmgate/metrics.py",
-              "plugin/llmgate/verdict.py", "plugin/llmgate/hookspec.py",
+PUBLIC_API = ["plugin/llmgate/__init__.py", "plugin/llmgate/runner/gate.py", "plugin/llmgate/core/metrics.py",
+              "plugin/llmgate/analysis/verdict.py", "plugin/llmgate/hookspec.py",
               # the modules the lever and quality scenarios use (docs/api.md, the last section)
-              "plugin/llmgate/ab.py", "plugin/llmgate/probe.py", "plugin/llmgate/quality.py",
-              "plugin/llmgate/device.py", "plugin/llmgate/stats.py"]
+              "plugin/llmgate/levers/ab.py", "plugin/llmgate/levers/probe.py", "plugin/llmgate/levers/quality.py",
+              "plugin/llmgate/device/__init__.py", "plugin/llmgate/device/hardware.py",
+              "plugin/llmgate/analysis/stats.py"]
 
 
 def tool(name: str) -> list[str]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import install
+from llmgate.tools import install
 from llmgate.engines import llamacpp
-from llmgate.matrix import ServerConfig
+from llmgate.config.matrix import ServerConfig
 
 def test_cuda_flags():
     cpu = install.cmake_flags("off")

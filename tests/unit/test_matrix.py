@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import matrix, tinymodel
-from llmgate.matrix import MatrixError
+from llmgate.config import matrix
+from llmgate.models import tinymodel
+from llmgate.config.matrix import MatrixError
 
 
 def load_text(tmp_path, text, name="llmgate.toml"):

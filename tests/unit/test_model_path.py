@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import engines, matrix, tinymodel, tokenizer
-from llmgate.load import PromptMaker
-from llmgate.server import BootError, Server
+from llmgate import engines
+from llmgate.config import matrix
+from llmgate.models import tinymodel
+from llmgate.models import tokenizer
+from llmgate.load.workloads import PromptMaker
+from llmgate.process.server import BootError, Server
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +179,7 @@ def test_exact_length_prompts_with_a_sentencepiece_style_tokenizer(tmp_path, sty
         tok.pre_tokenizer = pre_tokenizers.Split("\u2581", behavior="merged_with_next")
         tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
                                          decoders.Strip(" ", 1, 0)])
-    corpus = (Path(tinymodel.__file__).parent / "data" / "corpus.txt").read_text().splitlines()
+    corpus = tinymodel.CORPUS.read_text().splitlines()
     tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<unk>", "<s>", "</s>"]))
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
     tok.save(str(tmp_path / "tokenizer.json"))

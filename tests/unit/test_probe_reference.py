@@ -3,8 +3,9 @@
 import json
 from pathlib import Path
 
-from llmgate import probe, reference
-from llmgate.matrix import ServerConfig
+from llmgate.levers import probe
+from llmgate.report import reference
+from llmgate.config.matrix import ServerConfig
 
 
 def test_bisect_steps():

@@ -5,8 +5,9 @@ entry, one greedy request of 362 prompt + 64 output tokens whose prompt repeats 
 import json
 from pathlib import Path
 
-from llmgate import engines, probe
-from llmgate.signals import Delta, Scrape
+from llmgate import engines
+from llmgate.levers import probe
+from llmgate.engines.meters import Delta, Scrape
 
 DATA = Path(__file__).parents[1] / "data" / "vllm-0.32.0-cpu-ngram"
 

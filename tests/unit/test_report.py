@@ -6,8 +6,9 @@ from importlib.resources import files
 import jsonschema
 import pytest
 
-from llmgate import metrics, report
-from llmgate.verdict import judge
+from llmgate.core import metrics
+from llmgate.report import reports as report
+from llmgate.analysis.verdict import judge
 
 pytest.importorskip("matplotlib")
 

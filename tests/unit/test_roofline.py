@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import device, matrix, reference, tinymodel
-from llmgate.matrix import MatrixError
+from llmgate.device import hardware as device
+from llmgate.config import matrix
+from llmgate.report import reference
+from llmgate.models import tinymodel
+from llmgate.config.matrix import MatrixError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmgate import stats
-from llmgate.samples import LoadResult, Sample
+from llmgate.analysis import stats
+from llmgate.load.samples import LoadResult, Sample
 
 
 def sample(offsets, tokens=None, completion=None, ok=True, e2e=None):

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from llmgate import metrics
-from llmgate.load import Steady, _Controller
-from llmgate.samples import Sample, SteadyResult
-from llmgate.stats import Noise, repeat_metrics, window_metrics
-from llmgate.verdict import REGRESSED, UNCHANGED, judge_boots
+from llmgate.core import metrics
+from llmgate.load.workloads import Steady, _Controller
+from llmgate.load.samples import Sample, SteadyResult
+from llmgate.analysis.stats import Noise, repeat_metrics, window_metrics
+from llmgate.analysis.verdict import REGRESSED, UNCHANGED, judge_boots
 
 
 def _sample(start, ttft, n_tokens, gap):
@@ -136,7 +136,7 @@ def test_one_boot_a_side_assumes_the_devices_prior_and_does_not_cry_wolf():
     """The A/A a new user saw: TTFT c=1 +13.8% on one boot a side, called "regressed" from the
     repeats of each boot alone.  With the CPU prior standing in for the between-boot noise no boot
     measured, that is unchanged; a 5× slowdown (the scratch project's slowed engine) still regresses."""
-    from llmgate import noise_prior
+    from llmgate.analysis import noise_prior
 
     rng = random.Random(3)
     base = [[0.0249 * (1 + rng.gauss(0, 0.01)) for _ in range(5)]]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llmgate import matrix
-from llmgate.matrix import ServerConfig
+from llmgate.config import matrix
+from llmgate.config.matrix import ServerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

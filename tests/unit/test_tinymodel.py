@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from llmgate import tinymodel
-from llmgate.tinymodel import TinySpec
+from llmgate.models import tinymodel
+from llmgate.models.tinymodel import TinySpec
 
 SMALL = TinySpec(hidden=64, layers=1, heads=2, kv_heads=1, intermediate=128, vocab=1024, max_position=2048)
 

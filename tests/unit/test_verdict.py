@@ -2,8 +2,8 @@
 
 import pytest
 
-from llmgate import metrics
-from llmgate.verdict import IMPROVED, NO_BASELINE, REGRESSED, UNCHANGED, judge, judge_paired
+from llmgate.core import metrics
+from llmgate.analysis.verdict import IMPROVED, NO_BASELINE, REGRESSED, UNCHANGED, judge, judge_paired
 
 TOKS = metrics.DECODE_TOK_S      # higher is better
 TTFT = metrics.TTFT_P95          # lower is better
@@ -92,8 +92,8 @@ def test_paired_comparison_sees_through_shared_noise():
 def test_a_metric_near_zero_needs_an_absolute_move_too():
     """Seen in an A/A run on an H200: SGLang's TTFT reduction from 512 cached tokens went
     5.2% → 1.5% (−72% relative, 3.7 points): noise around zero, not a broken cache."""
-    from llmgate import metrics
-    from llmgate.verdict import REGRESSED, UNCHANGED, judge, judge_paired
+    from llmgate.core import metrics
+    from llmgate.analysis.verdict import REGRESSED, UNCHANGED, judge, judge_paired
 
     m = metrics.PREFIX_REDUCTION
     assert judge(m, m.name, "c", [0.015, 0.02, -0.19], [0.052, 0.06, 0.04]).status == UNCHANGED
@@ -114,7 +114,7 @@ def test_a_verdict_round_trips_through_report_json(make):
     import dataclasses
     import json
 
-    from llmgate.verdict import Verdict
+    from llmgate.analysis.verdict import Verdict
 
     v = dataclasses.replace(make(), test="test_x", note="a note", regime="cpu")
     back = Verdict.from_dict(json.loads(json.dumps(v.to_dict())))
@@ -128,7 +128,7 @@ CUSTOM = metrics.Metric("my_ratio", "my ratio", "ratio", "higher", 0.2, min_abs_
 
 
 def judge_boots_example():
-    from llmgate.verdict import judge_boots
+    from llmgate.analysis.verdict import judge_boots
 
     return judge_boots(metrics.DECODE_TOK_S, "decode_tok_s", "cfg", [[100, 101, 99], [98, 99, 97]],
                        [[110, 111, 109], [112, 110, 111]], 0.05, 0.05, "0001_x.json")

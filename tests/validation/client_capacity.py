@@ -1,7 +1,7 @@
 """How many streamed events per second can llmgate's client take, and at what CPU cost?
 
 A stub OpenAI-style server (a subprocess, loopback) streams completions event by event, each
-in its own TCP write, as fast as the client reads; the client (llmgate.load.run) reads them
+in its own TCP write, as fast as the client reads; the client (llmgate.load.workloads.run) reads them
 at concurrency C with 1, 2, … client processes.  Printed: events/s and the CPU share of the
 busiest client process.  Independent of any engine, so it can run on any machine:
 
@@ -74,7 +74,7 @@ class Handle:
 def main() -> int:
     import psutil
 
-    from llmgate import load
+    from llmgate.load import workloads as load
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 32])

@@ -18,8 +18,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
 
-from llmgate import matrix  # noqa: E402
-from llmgate.server import Server  # noqa: E402
+from llmgate.config import matrix  # noqa: E402
+from llmgate.process.server import Server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,10 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
 from delay_proxy import DelayProxy  # noqa: E402
-from llmgate import matrix, metrics, stats  # noqa: E402
-from llmgate.load import PromptMaker, decode_run  # noqa: E402
-from llmgate.server import Server  # noqa: E402
-from llmgate.verdict import REGRESSED, judge  # noqa: E402
+from llmgate.config import matrix  # noqa: E402
+from llmgate.core import metrics
+from llmgate.analysis import stats
+from llmgate.load.workloads import PromptMaker, decode_run  # noqa: E402
+from llmgate.process.server import Server  # noqa: E402
+from llmgate.analysis.verdict import REGRESSED, judge  # noqa: E402
 
 ENTRY = """
 [[matrix]]

@@ -18,8 +18,8 @@ import inspect
 import sys
 import types
 
-from .base import BaseAdapter, BootDiagnosis, Engine, EngineInfo
-from .contract import ContractError, check, problems
+from llmgate.engines.base import BaseAdapter, BootDiagnosis, Engine, EngineInfo
+from llmgate.engines.contract import ContractError, check, problems
 
 GROUP = "llmgate.engines"
 

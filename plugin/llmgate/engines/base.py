@@ -18,8 +18,9 @@ from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 
 import httpx
 
-from ..matrix import ServerConfig
-from ..signals import Delta, Scrape, SpecAcceptance
+from llmgate.core.types import ServerConfig
+from llmgate.device import hardware as device
+from llmgate.engines.meters import Delta, Scrape, SpecAcceptance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +143,6 @@ def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
         return cfg.gpu_memory_utilization
     if cfg.gpu_memory_bytes is None:
         return None
-    from .. import device
-
     return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
 
 

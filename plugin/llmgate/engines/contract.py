@@ -29,9 +29,9 @@ from typing import Any, Callable
 
 import httpx
 
-from ..matrix import LEVERS, ServerConfig
-from ..signals import Delta, Scrape, SpecAcceptance
-from .base import BootDiagnosis, Engine
+from llmgate.core.types import LEVERS, ServerConfig
+from llmgate.engines.meters import ENGINE_PARTS, Delta, Scrape, SpecAcceptance
+from llmgate.engines.base import BootDiagnosis, Engine
 
 HOST = "127.0.0.1"
 GARBAGE_LOG = ("INFO starting\x1b[0m up… \n\n\t%s {} [[ ]] \\x00 ünïcödé 12345\n" * 40 +
@@ -162,8 +162,6 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
 
 
 def _timers(v: Any) -> str | None:
-    from ..signals import ENGINE_PARTS
-
     if not isinstance(v, dict):
         return "not a dict"
     bad = [k for k in v if k not in ENGINE_PARTS]

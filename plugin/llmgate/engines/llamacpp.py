@@ -4,7 +4,7 @@
   PATH, else the one ``python -m llmgate.install llama-server`` built.  ``llama-quantize``
   is taken from beside it.
 - Model: a ``.gguf`` file, a folder holding one (the first part of a split one), or a folder made
-  by llmgate.tinymodel (converted to GGUF with the same weights); ``quantization`` (``Q8_0``,
+  by llmgate.models.tinymodel (converted to GGUF with the same weights); ``quantization`` (``Q8_0``,
   ``Q4_K_M``, …) runs llama-quantize once, cached.
 - ``-c`` = max_model_len × ``-np`` slots, split evenly: every slot holds max_model_len, so
   max_model_len means per request what it means on vLLM (with one unified buffer, ``-kvu``,
@@ -41,10 +41,11 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .. import install, tinymodel
-from ..matrix import ServerConfig
-from ..signals import Delta, SpecAcceptance
-from .base import BaseAdapter, BootDiagnosis, EngineInfo, convert_once, last_match
+from llmgate.tools import install
+from llmgate.models import tinymodel
+from llmgate.core.types import ServerConfig
+from llmgate.engines.meters import Delta, SpecAcceptance
+from llmgate.engines.base import BaseAdapter, BootDiagnosis, EngineInfo, convert_once, last_match
 
 INSTALL_HINT = "build it with `python -m llmgate.install llama-server` (llama.cpp from the llama-cpp-python sdist, ~10 min on 2 cores) or set LLMGATE_LLAMA_SERVER"
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
@@ -95,7 +96,7 @@ def _devices(binary: str) -> tuple[str, ...]:
 
 
 def _build_commit(binary: Path) -> str | None:
-    """The llama.cpp commit llmgate.install recorded for a binary it built (a build from the slim
+    """The llama.cpp commit llmgate.tools.install recorded for a binary it built (a build from the slim
     source pack has no git metadata, so the binary itself says "unknown")."""
     try:
         return json.loads((binary.parents[2] / "llmgate-build.json").read_text()).get("llama_cpp_commit")

@@ -29,10 +29,10 @@ from typing import Any, ClassVar
 
 import httpx
 
-from .. import tinymodel
-from ..matrix import ServerConfig
-from .base import EngineInfo, convert_once
-from .pymodule import PythonModuleAdapter, run_python
+from llmgate.models import tinymodel
+from llmgate.core.types import ServerConfig
+from llmgate.engines.base import EngineInfo, convert_once
+from llmgate.engines.pymodule import PythonModuleAdapter, run_python
 
 INSTALL_HINT = "pip install 'pytest-llmgate[cpu-mlx]' (mlx[cpu] and mlx-lm), or set LLMGATE_MLX_PYTHON to a Python that has them"
 OPENBLAS = ("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..matrix import ServerConfig
-from .base import BaseAdapter, BootDiagnosis, last_match
+from llmgate.core.types import ServerConfig
+from llmgate.engines.base import BaseAdapter, BootDiagnosis, last_match
 
 # the last line of a traceback: "SomeError: message" (or pkg.mod.SomeError) at the start of a line
 TRACEBACK_FINAL = r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+"

@@ -27,10 +27,10 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..matrix import ServerConfig
-from ..signals import Delta, SpecAcceptance
-from .base import EngineInfo, gpu_memory_fraction, last_match
-from .pymodule import PythonModuleAdapter
+from llmgate.core.types import ServerConfig
+from llmgate.engines.meters import Delta, SpecAcceptance
+from llmgate.engines.base import EngineInfo, gpu_memory_fraction, last_match
+from llmgate.engines.pymodule import PythonModuleAdapter
 
 INSTALL_HINT = "SGLang needs an NVIDIA GPU: pip install 'sglang[all]' on the GPU machine"
 SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "nextn": "NEXTN", "ngram": "NGRAM",

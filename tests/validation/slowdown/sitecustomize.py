@@ -27,7 +27,7 @@ it did to the engine's log (stderr), so a run shows which one was on:
   them — wanted, since decode-only steps at low concurrency use the small sizes.  Not prefill-only
   where a decode-only step carries more than the threshold: above 32 concurrent requests, or with
   speculative decoding (1 + k tokens a request); raise the threshold there.  (Prefix caching
-  could leave fewer new tokens to a step; the gate's prompts share no prefix, llmgate/load.py.)
+  could leave fewer new tokens to a step; the gate's prompts share no prefix, llmgate/load/workloads.py.)
   Meant to lengthen the engine's prefill (TTFT, and vLLM's own ``request_prefill_time_seconds``
   and ``time_to_first_token_seconds``), for the gate to flag and attribute to prefill.
   Log: "llmgate prefill slowdown: …".

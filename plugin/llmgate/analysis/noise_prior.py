@@ -1,0 +1,45 @@
+"""The between-boot noise a one-boot-a-side comparison assumes, since no boot measured it.
+
+With one boot on each side (the CPU default) and a baseline that stored no between-boot noise,
+a move the size of one boot's swing cannot be told from a change: on the 2-core CI machine one
+vLLM boot's decode speed or TTFT moves 15–40% against the next.  Such a verdict therefore
+takes the between-boot variation from ``data/noise_prior.json``: a conservative coefficient of
+variation per device kind (and per metric where one was seen to swing more), measured on these
+machines, with the degrees of freedom of a small sample so that the t-test's tails stay wide.
+It is applied to what timing decides (metrics in seconds or tok/s, and the ratios named in the
+file; what the file's ``seen`` says it rests on), never to quality figures, whose repeats are not noisy in that way.  Every verdict that used
+it says so, and the session's note keeps recommending more boots (``--llmgate-boots``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib.resources import files
+from typing import Any
+
+from llmgate.core.metrics import Metric
+from llmgate.analysis.stats import Noise
+
+
+@lru_cache(maxsize=1)
+def table() -> dict[str, Any]:
+    return json.loads(files("llmgate").joinpath("data/noise_prior.json").read_text(encoding="utf-8"))
+
+
+def applies(metric: Metric) -> bool:
+    t = table()
+    return metric.unit in t["units"] or metric.name in t["metrics"]
+
+
+def assumed(device: str | None, metric: Metric) -> tuple[Noise, str] | None:
+    """(the assumed between-boot noise, where it comes from) for one metric of an entry on
+    ``device`` ("cpu" or "gpu"); None when no prior applies (quality figures, an unknown device)."""
+    if device is None or not applies(metric):
+        return None
+    dev = table()["devices"].get(device)
+    if dev is None:
+        return None
+    cv = float(dev["metrics"].get(metric.name, dev["cv"]))
+    noise = Noise(between=math.log1p(cv) ** 2, df=int(dev["df"]), within=None, within_df=0, repeats=1.0)
+    return noise, f"llmgate's prior for a {device} entry, between-boot CV {cv:.0%}"

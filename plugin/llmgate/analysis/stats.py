@@ -1,0 +1,204 @@
+"""Statistics over samples: percentiles, summaries with spread, and per-run metric values."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from llmgate.load.samples import LoadResult, Sample, SteadyResult
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError("q must be within 0..100")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    if lo == hi:
+        return float(xs[lo])
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo))
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(values, 50)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """Median and spread of repeated measurements of one quantity."""
+
+    n: int
+    median: float
+    mean: float
+    min: float
+    max: float
+    q1: float
+    q3: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Summary:
+        if not values:
+            raise ValueError("summary of no values")
+        return cls(len(values), median(values), sum(values) / len(values), min(values), max(values),
+                   percentile(values, 25), percentile(values, 75))
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def rel_spread(self) -> float:
+        """Interquartile range relative to the median (0.1 = ±5% around the median)."""
+        return self.iqr / abs(self.median) if self.median else float("inf")
+
+    def as_dict(self) -> dict[str, float]:
+        return {**dataclasses.asdict(self), "iqr": self.iqr}
+
+
+def load_metrics(result: LoadResult) -> dict[str, float]:
+    """The standard per-run figures of a load result (seconds and tokens per second)."""
+    out: dict[str, float] = {
+        "aggregate_tok_s": result.aggregate_tok_s,
+        "requests_ok": float(len(result.ok)),
+        "requests_failed": float(len(result.failures)),
+        "wall_s": result.wall_s,
+    }
+    out.update(_request_figures(result.ok))
+    return out
+
+
+def _request_figures(requests: Sequence[Sample]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    ttfts = [s.ttft for s in requests if s.ttft is not None]
+    itls = [x for s in requests for x in s.itl]
+    tpots = [t for s in requests if (t := s.tpot) is not None]
+    e2es = [s.e2e for s in requests]
+    if ttfts:
+        out.update(ttft_p50=percentile(ttfts, 50), ttft_p95=percentile(ttfts, 95), ttft_p99=percentile(ttfts, 99))
+    if itls:
+        out.update(itl_p50=percentile(itls, 50), itl_p95=percentile(itls, 95), itl_p99=percentile(itls, 99))
+    if tpots:
+        out.update(tpot_median=median(tpots), decode_tok_s=1.0 / median(tpots))
+    if e2es:
+        out.update(e2e_p50=percentile(e2es, 50), e2e_p95=percentile(e2es, 95))
+    return out
+
+
+def window_metrics(result: SteadyResult, a: float | None = None, b: float | None = None) -> dict[str, float]:
+    """The figures of a steady run over [a, b) (default: its whole window): aggregate tok/s from
+    the tokens emitted inside it; latency figures from the requests that lived inside it."""
+    a = result.window[0] if a is None else a
+    b = result.window[1] if b is None else b
+    lived = result.lived_in(a, b)
+    out = {"aggregate_tok_s": result.tokens_between(a, b) / (b - a) if b > a else 0.0,
+           "requests_ok": float(len(lived)), "window_s": b - a,
+           "request_rate": len([s for s in result.ok if a <= s.end < b]) / (b - a) if b > a else 0.0}
+    out.update(_request_figures(lived))
+    return out
+
+
+def repeat_metrics(result: SteadyResult, repeats: int) -> list[dict[str, float]]:
+    """The window cut into ``repeats`` equal consecutive parts, the figures of each (a part in
+    which no request lived has throughput figures only): the within-boot repeats whose spread
+    gives a boot value's precision."""
+    a, b = result.window
+    if b <= a or repeats < 1:
+        return []
+    step = (b - a) / repeats
+    return [window_metrics(result, a + i * step, a + (i + 1) * step) for i in range(repeats)]
+
+
+def values_of(parts: Sequence[dict[str, float]], key: str) -> list[float]:
+    return [p[key] for p in parts if key in p]
+
+
+# -- the noise model: boots and repeats on the log scale --------------------------------------
+def log_var(values: Sequence[float]) -> float | None:
+    """Sample variance of log(values) (≈ CV² for small spreads); None for fewer than 2 positive values."""
+    logs = [math.log(v) for v in values if v > 0]
+    if len(logs) < 2:
+        return None
+    m = sum(logs) / len(logs)
+    return sum((x - m) ** 2 for x in logs) / (len(logs) - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """Variation of one metric of one configuration, on the log scale (a CV for small spreads).
+
+    ``between``: the variance of boot values (each boot's steady-state figure), with ``df``
+    degrees of freedom: what a value from another boot moves by, within-boot noise included.
+    ``within``: the variance of repeats around their boot's value (``within_df``), the
+    precision of one boot's figure comes from it.  ``repeats``: repeats per boot."""
+
+    between: float | None
+    df: int
+    within: float | None
+    within_df: int
+    repeats: float
+
+    @property
+    def between_cv(self) -> float | None:
+        return None if self.between is None else math.sqrt(self.between)
+
+    @property
+    def within_cv(self) -> float | None:
+        return None if self.within is None else math.sqrt(self.within)
+
+    @property
+    def boot_cv(self) -> float | None:
+        """Boot-to-boot variation beyond what the repeats of one boot explain (σ_B)."""
+        if self.between is None:
+            return None
+        w = (self.within or 0.0) / max(self.repeats, 1.0)
+        return math.sqrt(max(self.between - w, 0.0))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"between_log_var": self.between, "df": self.df, "within_log_var": self.within,
+                "within_df": self.within_df, "repeats": self.repeats, "between_cv": self.between_cv,
+                "within_cv": self.within_cv, "boot_cv": self.boot_cv}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Noise | None:
+        if not isinstance(d, dict):
+            return None
+        try:
+            return cls(d.get("between_log_var"), int(d.get("df") or 0), d.get("within_log_var"),
+                       int(d.get("within_df") or 0), float(d.get("repeats") or 1))
+        except (TypeError, ValueError):
+            return None
+
+    @classmethod
+    def of(cls, boots: Sequence[Sequence[float]]) -> Noise:
+        """The noise of one run's boots (each a list of repeat values)."""
+        boots = [list(b) for b in boots if b]
+        vals = [median(b) for b in boots]
+        between = log_var(vals) if len(vals) >= 2 else None
+        ss, dfw = 0.0, 0
+        for b in boots:
+            v = log_var(b)
+            if v is not None:
+                ss += v * (len(b) - 1)
+                dfw += len(b) - 1
+        reps = sum(len(b) for b in boots) / len(boots) if boots else 1.0
+        return cls(between, len(vals) - 1 if between is not None else 0, ss / dfw if dfw else None, dfw, reps)
+
+    def pooled(self, other: Noise | None) -> Noise:
+        """Both estimates together, weighted by their degrees of freedom."""
+        if other is None:
+            return self
+
+        def pool(a, da, b, db):
+            if not da and not db:
+                return None, 0
+            return ((a or 0.0) * da + (b or 0.0) * db) / (da + db), da + db
+
+        between, df = pool(self.between, self.df, other.between, other.df)
+        within, wdf = pool(self.within, self.within_df, other.within, other.within_df)
+        reps = (self.repeats + other.repeats) / 2
+        return Noise(between, df, within, wdf, reps)

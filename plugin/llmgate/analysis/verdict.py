@@ -1,0 +1,438 @@
+"""Direction-aware verdicts: did a metric move in its worse direction, by more than
+its minimum effect, and is the move real rather than noise?"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+from llmgate.core.metrics import Metric
+from llmgate.analysis.stats import Noise, Summary, median
+
+class Status(StrEnum):
+    """A verdict's outcome; the values are what report.json and the history store."""
+
+    REGRESSED = "regressed"
+    IMPROVED = "improved"
+    UNCHANGED = "unchanged"
+    NO_BASELINE = "no baseline"
+    REFUSED = "refused: not comparable"
+
+
+REGRESSED, IMPROVED, UNCHANGED = Status.REGRESSED, Status.IMPROVED, Status.UNCHANGED
+NO_BASELINE, REFUSED = Status.NO_BASELINE, Status.REFUSED
+DEFAULT_ALPHA = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    metric: Metric
+    key: str                       # metric name with its variant, e.g. "ttft_p95@c8"
+    config_id: str
+    now: Summary
+    baseline: Summary | None
+    status: Status
+    change: float | None           # relative change of medians, now vs baseline (signed, natural units)
+    worse_change: float | None     # the same, positive when worse
+    min_effect: float
+    p_value: float | None
+    method: str                    # which significance test decided
+    baseline_source: str | None = None
+    note: str = ""
+    test: str = ""                 # the test that measured it
+    ci: tuple[float, float] | None = None   # 95% bootstrap interval of the change of medians
+    samples: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)           # now
+    baseline_samples: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    # the minimum detectable effect: the smallest worsening this comparison finds with 80% power at
+    # its alpha (a fraction, like min_effect); what it rests on; boots a side that would bring it
+    # down to the minimum effect when it is above it
+    mde: float | None = None
+    mde_basis: str = ""
+    boots_needed: int | None = None
+    boots: tuple[int, int] = (0, 0)                 # (baseline, now) boots
+    boot_values: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    baseline_boot_values: tuple[float, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    noise: Noise | None = dataclasses.field(default=None, compare=False)
+    regime: str = ""                                # gpu-bound | host-bound | cpu (where known)
+    # where the between-boot noise came from when no boots measured it (one boot a side): the prior
+    # assumed for this device and metric (``noise_prior``), said in one line; "" when measured
+    noise_assumed: str = ""
+    # the MDE rests on repeats within one boot a side (boot-to-boot noise not measured): a lower bound
+    mde_lower_bound: bool = False
+    # the baseline is the other side of this run's A/B comparison, not a stored run
+    baseline_in_run: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.status == REGRESSED
+
+    def line(self) -> str:
+        m = self.metric
+        if self.status == REFUSED:
+            return f"{self.config_id} {self.key}: now {m.display(self.now.median)}; not compared: {self.note}"
+        if self.baseline is None:
+            return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)" + \
+                (f" ({self.mde_text()})" if self.mde is not None else "") + (f"; {self.note}" if self.note else "")
+        nb, nn = self.boots
+        sizes = (f"{nb} boot{'s' * (nb != 1)}", f"{nn} boot{'s' * (nn != 1)}") if nb and nn else \
+            (f"n={self.baseline.n}", f"n={self.now.n}")
+        sig = f"{self.method}, p={self.p_value:.3g}" if self.p_value is not None else self.method
+        ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
+        return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
+                f"({sizes[0]}) → now {m.display(self.now.median)} ({sizes[1]}), change {self.change:+.1%}{ci} "
+                f"({self.mde_text()}): {self.status} [min effect {self.min_effect:.0%}"
+                + (f" and {m.display(m.min_abs_effect)}" if m.min_abs_effect else "")
+                + f"; {sig}]" + (f"; regime {self.regime}" if self.regime else "")
+                + (f"; {self.note}" if self.note else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as report.json holds it (``from_dict`` rebuilds the same Verdict)."""
+        m = self.metric
+        return {
+            "config": self.config_id, "test": self.test, "key": self.key,
+            "metric": m.name, "label": m.label, "unit": m.unit, "better": m.better,
+            "metric_min_effect": m.min_effect, "min_abs_effect": m.min_abs_effect,
+            "status": self.status, "change": self.change, "worse_change": self.worse_change,
+            "ci95": list(self.ci) if self.ci else None, "p_value": self.p_value,
+            "method": self.method, "min_effect": self.min_effect, "baseline_source": self.baseline_source,
+            "note": self.note,
+            "now": {**self.now.as_dict(), "values": list(self.samples)},
+            "baseline": {**self.baseline.as_dict(), "values": list(self.baseline_samples)} if self.baseline else None,
+            "mde": self.mde, "mde_basis": self.mde_basis, "boots_needed": self.boots_needed,
+            "boots": {"baseline": self.boots[0], "now": self.boots[1]},
+            "boot_values": list(self.boot_values), "baseline_boot_values": list(self.baseline_boot_values),
+            "noise": self.noise.as_dict() if self.noise is not None else None, "regime": self.regime,
+            "noise_assumed": self.noise_assumed, "mde_lower_bound": self.mde_lower_bound,
+            "baseline_in_run": self.baseline_in_run,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """A verdict of report.json (a pytest-xdist worker's, an earlier run's) as the object it was."""
+        def summary(s: dict[str, Any] | None) -> Summary | None:
+            if s is None:
+                return None
+            return Summary(int(s["n"]), s["median"], s["mean"], s["min"], s["max"], s["q1"], s["q3"])
+
+        metric = Metric(d["metric"], d["label"], d["unit"], d["better"],
+                        float(d.get("metric_min_effect", d["min_effect"])), float(d.get("min_abs_effect") or 0.0))
+        boots = d.get("boots") or {}
+        now = summary(d["now"])
+        assert now is not None
+        return cls(metric, d["key"], d["config"], now, summary(d.get("baseline")), Status(d["status"]), d.get("change"),
+                   d.get("worse_change"), float(d["min_effect"]), d.get("p_value"), d.get("method") or "",
+                   d.get("baseline_source"), d.get("note") or "", d.get("test") or "",
+                   tuple(d["ci95"]) if d.get("ci95") else None,
+                   tuple(d["now"].get("values") or ()),
+                   tuple((d.get("baseline") or {}).get("values") or ()),
+                   d.get("mde"), d.get("mde_basis") or "", d.get("boots_needed"),
+                   (int(boots.get("baseline") or 0), int(boots.get("now") or 0)),
+                   tuple(d.get("boot_values") or ()), tuple(d.get("baseline_boot_values") or ()),
+                   Noise.from_dict(d.get("noise")), d.get("regime") or "", d.get("noise_assumed") or "",
+                   bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")))
+
+    def mde_text(self) -> str:
+        """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
+        if self.mde is None:
+            return "MDE unknown" + (f": {self.mde_basis}" if self.mde_basis else "")
+        out = f"MDE {self.mde:.1%}"
+        if self.mde_basis and not self.mde_basis.startswith(("boots", "pairs", "against")):
+            out += f", {self.mde_basis}"
+        if self.mde > self.min_effect:
+            out += " > min effect" + (f": {self.boots_needed} boots a side would reach it" if self.boots_needed
+                                      else ": more boots would not reach it" if self.mde_basis.startswith("boots")
+                                      else "")
+        return out
+
+
+def smallest_p(n1: int, n2: int) -> float:
+    """The smallest one-sided p-value an exact Mann–Whitney U test can give for these sample sizes."""
+    return 1.0 / math.comb(n1 + n2, n1)
+
+
+def mann_whitney_worse(metric: Metric, baseline: Sequence[float], now: Sequence[float],
+                       alpha: float = DEFAULT_ALPHA) -> float | None:
+    """One-sided Mann–Whitney U p-value for 'now is worse than baseline'; None when the sample
+    sizes cannot reach ``alpha`` at all (3 vs 3 gives at best p = 0.05)."""
+    if len(baseline) < 2 or len(now) < 2 or smallest_p(len(baseline), len(now)) >= alpha:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    alternative = "greater" if metric.better == "lower" else "less"
+    return float(mannwhitneyu(list(now), list(baseline), alternative=alternative).pvalue)
+
+
+def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot: int = 2000,
+                        level: float = 0.95, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of median(now) / median(baseline) − 1 (seeded: the same
+    data always give the same interval).  None with fewer than 2 values a side."""
+    if len(baseline) < 2 or len(now) < 2:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    b, n = np.asarray(baseline, float), np.asarray(now, float)
+    mb = np.median(rng.choice(b, (n_boot, b.size)), axis=1)
+    mn = np.median(rng.choice(n, (n_boot, n.size)), axis=1)
+    ok = mb != 0
+    ratios = mn[ok] / mb[ok] - 1.0
+    if ratios.size == 0:
+        return None
+    lo, hi = np.percentile(ratios, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return float(lo), float(hi)
+
+
+def _status(worse: float, min_effect: float, significant: bool, worse_abs: float = math.inf,
+            min_abs_effect: float = 0.0, better_significant: bool = True) -> Status:
+    """Regressed: moved the worse way by more than the minimum effect (relative, and in the
+    metric's own unit where it sets ``min_abs_effect``), significantly; improved: moved the
+    better way by more than both (significantly, where the test can say); else unchanged."""
+    if worse > min_effect and worse_abs > min_abs_effect and significant:
+        return REGRESSED
+    if -worse > min_effect and -worse_abs > min_abs_effect and better_significant:
+        return IMPROVED
+    return UNCHANGED
+
+
+def _worse_abs(metric: Metric, baseline: float, now: float) -> float:
+    return (now - baseline) if metric.better == "lower" else (baseline - now)
+
+
+def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float] | None,
+          min_effect: float | None = None, alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None) -> Verdict:
+    """Regressed only if the median moved the worse way by more than ``min_effect`` AND the
+    move is significant (one-sided Mann–Whitney U at ``alpha``); when the sample sizes are too
+    small for the test to ever reach ``alpha``, the effect size alone decides and the verdict says so."""
+    eff = metric.min_effect if min_effect is None else min_effect
+    s_now = Summary.of(now)
+    if not baseline:
+        return Verdict(metric, key, config_id, s_now, None, NO_BASELINE, None, None, eff, None, "none", baseline_source,
+                       samples=tuple(now))
+    s_base = Summary.of(baseline)
+    change = (s_now.median - s_base.median) / abs(s_base.median) if s_base.median else 0.0
+    worse = metric.worse_change(s_base.median, s_now.median)
+    p = mann_whitney_worse(metric, baseline, now, alpha)
+    method = ("Mann-Whitney U" if p is not None else
+              f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
+    status = _status(worse, eff, p is None or p < alpha, _worse_abs(metric, s_base.median, s_now.median),
+                     metric.min_abs_effect)
+    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
+                   ci=bootstrap_change_ci(baseline, now), samples=tuple(now), baseline_samples=tuple(baseline))
+
+
+def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float],
+                 min_effect: float | None = None, alpha: float = DEFAULT_ALPHA,
+                 baseline_source: str | None = None) -> Verdict:
+    """Like ``judge``, for values that come in pairs (``now[i]`` measured beside ``baseline[i]``:
+    the same boot through two paths, or the two boots of one A/B round), so that what the
+    pairs share (the boot, the machine's drift) cancels.  The change is the median of the
+    per-pair ratios; significance: one-sided Wilcoxon signed-rank test on their logarithms
+    (5 pairs are the fewest that can reach p < 0.05; with fewer the effect size decides)."""
+    if len(now) != len(baseline) or not now:
+        raise ValueError(f"{key}: paired values need equal, non-empty lists ({len(now)} vs {len(baseline)})")
+    eff = metric.min_effect if min_effect is None else min_effect
+    ratios = [n / b for n, b in zip(now, baseline) if b]
+    change = median(ratios) - 1.0 if ratios else 0.0
+    worse = change if metric.better == "lower" else -change
+    p = None
+    if len(ratios) >= 2 and 0.5 ** len(ratios) < alpha:
+        from scipy.stats import wilcoxon
+
+        logs = [math.log(r) for r in ratios if r > 0]
+        if any(logs):
+            p = float(wilcoxon(logs, alternative="greater" if metric.better == "lower" else "less").pvalue)
+        else:
+            p = 1.0
+    method = (f"Wilcoxon signed-rank, {len(ratios)} pairs" if p is not None else
+              f"effect size only ({len(ratios)} pairs cannot reach p<{alpha:g})")
+    status = _status(worse, eff, p is None or p < alpha,
+                     median([_worse_abs(metric, b, n) for n, b in zip(now, baseline)]), metric.min_abs_effect)
+    ci = None
+    if len(ratios) >= 2:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        boot = np.median(rng.choice(np.asarray(ratios), (2000, len(ratios))), axis=1) - 1.0
+        ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+    mde, basis = None, "fewer than 3 pairs"
+    logs_all = [math.log(r) for r in ratios if r > 0]
+    if len(logs_all) >= 3:
+        m = sum(logs_all) / len(logs_all)
+        var = sum((x - m) ** 2 for x in logs_all) / (len(logs_all) - 1)
+        mde = _rel(metric, (_t(1 - alpha, len(logs_all) - 1) + _t(POWER, len(logs_all) - 1))
+                   * math.sqrt(max(var, 1e-12) / len(logs_all)))
+        basis = f"pairs ({len(logs_all)})"
+    return Verdict(metric, key, config_id, Summary.of(now), Summary.of(baseline), status, change, worse, eff, p,
+                   method, baseline_source, ci=ci, samples=tuple(now), baseline_samples=tuple(baseline),
+                   mde=mde, mde_basis=basis)
+
+
+# -- boot-level verdicts: the boot is the unit -------------------------------------------------
+POWER = 0.80
+MAX_BOOTS_ADVISED = 50
+
+
+def _t(q: float, df: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+def _mde_log(var: float, df: float, n_now: float, n_base: float, alpha: float) -> float:
+    return (_t(1 - alpha, df) + _t(POWER, df)) * math.sqrt(var * (1 / n_now + 1 / n_base))
+
+
+def _rel(metric: Metric, log_effect: float) -> float:
+    """A worsening of ``log_effect`` on the log scale as a relative change in the worse direction."""
+    return math.expm1(log_effect) if metric.better == "lower" else -math.expm1(-log_effect)
+
+
+def boots_needed(metric: Metric, var: float, df: int, n_base: int, min_effect: float, alpha: float) -> int | None:
+    """Boots a side (the baseline re-recorded with as many) for the MDE to reach ``min_effect``."""
+    if min_effect <= 0 or var <= 0:
+        return None
+    for k in range(2, MAX_BOOTS_ADVISED + 1):
+        dfk = max(df, 2 * (k - 1))
+        if _rel(metric, _mde_log(var, dfk, k, k, alpha)) <= min_effect:
+            return k
+    return None
+
+
+def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Sequence[float]],
+                base_boots: Sequence[Sequence[float]] | None, min_effect: float | None = None,
+                alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None,
+                prior: Noise | None = None, assumed: tuple[Noise, str] | None = None) -> Verdict:
+    """Judge one metric with the boot as the unit.
+
+    Each boot's value is the median of its repeats.  When the boot-to-boot variance can be
+    estimated (two boots on either side, or ``prior``: the noise model stored with the baseline,
+    which then stands for the baseline's own boots), the boot values are compared on the log scale
+    with a one-sided t-test whose variance pools both sides, and the MDE (alpha, 80% power) follows
+    from that variance and the boots a side.  With one boot a side and no stored noise model, the
+    boot-to-boot noise is unknown.  Then ``assumed`` (a conservative between-boot noise for this
+    device and metric, and where it comes from: ``noise_prior.assumed``) stands in for it, so that
+    a move one boot's size can explain is not called a change, and the verdict says the noise was
+    assumed; without it the repeats decide (Mann–Whitney, as ``judge``) and the MDE from their
+    spread is a lower bound, said so."""
+    eff = metric.min_effect if min_effect is None else min_effect
+    now_boots = [list(map(float, b)) for b in now_boots if b]
+    flat_now = [v for b in now_boots for v in b]
+    now_vals = [median(b) for b in now_boots]
+    noise_now = Noise.of(now_boots)
+    if not base_boots:
+        v = judge(metric, key, config_id, now_vals if len(now_vals) > 1 else flat_now, None, eff, alpha,
+                  baseline_source)
+        mde = need = None
+        basis = ""
+        if noise_now.between is not None and noise_now.df >= 1 and min(now_vals) > 0:
+            # what a comparison with a baseline like this run would see: the figure to read
+            # before saving it as one
+            var = max(noise_now.between, (noise_now.within or 0.0) / max(noise_now.repeats, 1.0), 1e-12)
+            k = len(now_vals)
+            mde = _rel(metric, _mde_log(var, max(noise_now.df, 2 * (k - 1)), k, k, alpha))
+            basis = f"against a baseline like this run ({k} boots)"
+            need = boots_needed(metric, var, noise_now.df, k, eff, alpha) if mde > eff else None
+        elif assumed is not None and assumed[0].between is not None and now_vals and min(now_vals) > 0:
+            var = max(assumed[0].between, (noise_now.within or 0.0) / max(noise_now.repeats, 1.0), 1e-12)
+            k = len(now_vals)
+            mde = _rel(metric, _mde_log(var, max(assumed[0].df, 1), k, k, alpha))
+            basis = f"against a baseline like this run ({k} boot{'s' * (k != 1)}), between-boot noise assumed"
+            need = boots_needed(metric, var, assumed[0].df, k, eff, alpha) if mde > eff else None
+            return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)),
+                                       boot_values=tuple(now_vals), noise=noise_now, mde=mde, mde_basis=basis,
+                                       boots_needed=need, noise_assumed=assumed[1])
+        return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)), boot_values=tuple(now_vals),
+                                   noise=noise_now, mde=mde, mde_basis=basis, boots_needed=need)
+    base_boots = [list(map(float, b)) for b in base_boots if b]
+    flat_base = [v for b in base_boots for v in b]
+    base_vals = [median(b) for b in base_boots]
+    noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots))
+    source = ""
+    if (noise.between is None or noise.df < 1) and assumed is not None and assumed[0].between is not None:
+        # one boot a side and no stored noise model: the between-boot noise no boot measured is
+        # assumed, conservatively, for this device and metric (the repeats still set a floor)
+        noise = dataclasses.replace(noise, between=assumed[0].between, df=max(assumed[0].df, 1))
+        source = assumed[1]
+    common: dict[str, Any] = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
+                  boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise)
+    if noise.between is None or noise.df < 1 or min(now_vals + base_vals) <= 0:
+        v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)
+        mde = None
+        basis = "one boot a side and no stored noise model: boot-to-boot noise not measured"
+        lower = False
+        if noise.within is not None and noise.within_df >= 1:
+            rn, rb = max(1, len(flat_now)), max(1, len(flat_base))
+            mde = _rel(metric, _mde_log(noise.within, noise.within_df, rn, rb, alpha))
+            basis = "from repeats within one boot a side: a lower bound (boot-to-boot noise not measured)"
+            lower = True
+        method = "repeats within one boot a side, " + ("Mann-Whitney U" if v.p_value is not None else v.method)
+        return dataclasses.replace(v, method=method, mde=mde, mde_basis=basis, mde_lower_bound=lower, **common)
+    ln = [math.log(x) for x in now_vals]
+    lb = [math.log(x) for x in base_vals]
+    diff = sum(ln) / len(ln) - sum(lb) / len(lb)          # log of now ÷ baseline
+    # a boot's value is no more precise than its repeats say (boot medians that tie are not a zero variance)
+    var = max(noise.between, (noise.within or 0.0) / max(noise.repeats, 1.0), 1e-12)
+    se = math.sqrt(var * (1 / len(ln) + 1 / len(lb)))
+    worse_log = diff if metric.better == "lower" else -diff
+    from scipy.stats import t as t_dist
+
+    p = float(t_dist.sf(worse_log / se, noise.df))
+    change = math.expm1(diff)
+    worse = metric.worse_change(1.0, math.exp(diff))
+    half = _t(0.975, noise.df) * se
+    ci = (math.expm1(diff - half), math.expm1(diff + half))
+    mde = _rel(metric, _mde_log(var, noise.df, len(ln), len(lb), alpha))
+    need = boots_needed(metric, var, noise.df, len(lb), eff, alpha) if mde > eff else None
+    s_now, s_base = Summary.of(now_vals), Summary.of(base_vals)
+    # an A/A run on the H200 gave TTFT at c=8 −12% over boots that spread ±30%: not an improvement
+    p_better = float(t_dist.cdf(worse_log / se, noise.df))
+    status = _status(worse, eff, p < alpha, _worse_abs(metric, s_base.median, s_now.median), metric.min_abs_effect,
+                     p_better < alpha)
+    src = ("this run and the baseline's boots" if prior is None else "this run's boots and the baseline's noise model")
+    if source:
+        src = f"assumed: {source}"
+    method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%} (df {noise.df}, {src})")
+    basis = f"boots ({len(lb)} vs {len(ln)})" + (", between-boot noise assumed" if source else "")
+    return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
+                   ci=ci, mde=mde, mde_basis=basis, boots_needed=need, noise_assumed=source, **common)
+
+
+# -- where a latency's time went ---------------------------------------------------------------
+PART_NAMES = {"frontend": "front end", "queue": "queue", "prefill": "prefill", "ttft": "engine TTFT"}
+
+
+def attribution(client: Verdict, parts: dict[str, Verdict]) -> str | None:
+    """Which part of a client TTFT moved: the change of each part's boot-level median (the engine's
+    own queue and prefill timers, what the engine's TTFT holds beyond them, and the front end:
+    client − engine TTFT), in ms and relative, with the part's own verdict where it is not
+    "unchanged".  None without a compared baseline for the parts."""
+    have = {k: v for k, v in parts.items() if v.baseline is not None and v.change is not None}
+    if client.baseline is None or not have:
+        return None
+
+    def delta_ms(v: Verdict) -> float:
+        return (v.now.median - v.baseline.median) * 1000.0        # type: ignore[union-attr]
+
+    items: list[tuple[str, float, Verdict | None]] = []
+    for k in ("frontend", "queue", "prefill"):
+        if k in have:
+            items.append((PART_NAMES[k], delta_ms(have[k]), have[k]))
+    if "ttft" in have and ("queue" in have or "prefill" in have):
+        other = delta_ms(have["ttft"]) - sum(delta_ms(have[k]) for k in ("queue", "prefill") if k in have)
+        items.append(("engine other", other, None))
+    elif "ttft" in have:
+        items.append((PART_NAMES["ttft"], delta_ms(have["ttft"]), have["ttft"]))
+    if not items:
+        return None
+    text = []
+    for name, ms, v in items:
+        rel = (f" ({v.change:+.0%})" if v is not None and v.change is not None and v.baseline is not None
+               and abs(v.baseline.median) > 1e-4 else "")
+        status = f" {v.status}" if v is not None and v.status not in (UNCHANGED, NO_BASELINE) else ""
+        text.append(f"{name} {ms:+.1f} ms{rel}{status}")
+    moved = max(items, key=lambda x: abs(x[1]))
+    total = (client.now.median - client.baseline.median) * 1000.0
+    return f"where (engine timers, window means): {', '.join(text)}; client {total:+.1f} ms; most of it: {moved[0]}"

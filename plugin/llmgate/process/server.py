@@ -1,0 +1,570 @@
+"""Server process lifecycle: spawn in its own process group on loopback, log to a
+file, wait for readiness with progress, sample its memory, tear the whole group
+down and make sure nothing is left behind.
+
+The server gets its own process group (so the whole tree can be signalled) but
+stays in the caller's session.  On Linux with autogroup scheduling a new session
+is a new CPU group; on a 2-core machine vLLM's busy-polling EngineCore then
+starved the API server's streaming whenever any other process woke up: client
+TTFT 1.2-2.6 s instead of 12-20 ms, the whole generation arriving in one burst,
+while vLLM's own TTFT histogram stayed at ~15 ms.  In the caller's session the
+same runs showed no such stall.
+
+Between the gate and the engine runs ``llmgate.process.watchdog`` (in a process group of its own): the
+engine dies with the process that started it even when that one is killed with SIGKILL, and
+what the engine's processes leave behind is reaped.  Each running server has a record under
+the output folder (``llmgate.process.strays``) so that a later run can stop one that escaped both.
+Before a GPU entry boots, the GPUs' free memory is checked against the engine's budget
+(``device.busy_gpu``): a card held by another process is named at once, not after the engine's
+out-of-memory traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psutil
+
+from llmgate import engines
+from llmgate.device import hardware as device
+from llmgate.process import strays
+from llmgate.models import tinymodel
+from llmgate.models import tokenizer
+from llmgate.process import watchdog
+from llmgate.engines import EngineInfo
+from llmgate.process.interrupts import HURRY
+from llmgate.config.matrix import Matrix, ServerConfig
+from llmgate.process.proctree import Death, Tree
+
+HOST = "127.0.0.1"
+Progress = Callable[[str, float, str], None]  # (config id, elapsed seconds, last log line)
+
+
+class BootError(RuntimeError):
+    """The server did not come up; the message carries the reason and the log's tail."""
+
+    def __init__(self, message: str, diagnosis: engines.BootDiagnosis | None = None):
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
+class Unsupported(BootError):
+    """This machine cannot run the configuration at all (``Engine.unsupported``): its tests skip,
+    saying why, instead of failing; nothing was started."""
+
+
+class ServerDied(RuntimeError):
+    """The server process ended while it was being used."""
+
+
+API_KEY_ENV = "LLMGATE_API_KEY"     # the key the servers are started with and the client sends
+
+_records: dict[str, Path | None] = {"dir": None}      # where running servers are recorded (set by the plugin)
+_live: weakref.WeakSet = weakref.WeakSet()              # Servers of this process not yet stopped
+_last_stop = [0.0]        # time.monotonic() when a server of this process last finished stopping
+# after a server of this process stopped, the busy-GPU check waits this long for the memory its
+# processes held to show as free (the driver releases it as they end; NVML may tell a moment later)
+# before it refuses the next entry: entries of one session run one after the other on one GPU
+GPU_SETTLE_S = 20.0
+
+
+def record_servers_in(out_dir: Path | None) -> None:
+    """Record every server this process starts from now on under ``out_dir/servers/``."""
+    _records["dir"] = Path(out_dir) if out_dir is not None else None
+
+
+def stop_all_live(grace_s: float = 20.0) -> list[str]:
+    """Stop every server of this process that is still running (probe and A/B servers too);
+    the configuration ids of those stopped."""
+    stopped = []
+    for server in list(_live):
+        server.stop(grace_s)
+        stopped.append(server.cfg.id)
+    return stopped
+
+
+def signal_all_live(sig: int = signal.SIGTERM) -> None:
+    """Tell every server of this process to stop, all at once (an interrupted session then waits
+    for them together instead of one after the other)."""
+    for s in list(_live):
+        if not s.signalled:
+            s.signal_group(sig)
+
+
+def end_unsignalled(grace_s: float = 3.0) -> list[str]:
+    """(any thread) End every server of this process that nobody has begun to stop: SIGTERM to its
+    process group, SIGKILL after ``grace_s``.  For a session whose main thread is stuck after an
+    interrupt; the configuration ids of the servers ended."""
+    ended = [s for s in list(_live) if not s.signalled]
+    for s in ended:
+        s.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(s.group_alive() for s in ended):
+        time.sleep(0.1)
+    for s in ended:
+        s.signal_group(signal.SIGKILL)
+    return [s.cfg.id for s in ended]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64_000))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class MemorySampler(threading.Thread):
+    """Resident memory of the server's whole process tree, sampled a few times a second."""
+
+    def __init__(self, pid: int, interval: float = 0.25):
+        super().__init__(daemon=True, name=f"llmgate-rss-{pid}")
+        self.pid, self.interval = pid, interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._procs: list[psutil.Process] = []
+        self._tree_age = 0
+
+    def tree_rss(self) -> int:
+        # the process tree is re-read every 8th sample: finding children scans every process of
+        # the host, which costs the measuring process real CPU on a busy many-core machine
+        if self._tree_age % 8 == 0 or not self._procs:
+            try:
+                root = psutil.Process(self.pid)
+                self._procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return 0
+        self._tree_age += 1
+        total = 0
+        for p in self._procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            rss = self.tree_rss()
+            if rss:
+                self.samples.append((time.monotonic(), rss))
+            self._stop.wait(self.interval)
+
+    def peak(self, since: float = 0.0, until: float = float("inf")) -> int | None:
+        vals = [rss for t, rss in list(self.samples) if since <= t <= until]
+        return max(vals) if vals else None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+@dataclasses.dataclass
+class ServerHandle:
+    """A running server as tests see it."""
+
+    config: ServerConfig
+    base_url: str
+    model_path: Path          # the model as the engine loads it (a converted copy, a .gguf file…)
+    model_name: str
+    tokenizer_path: Path      # the folder with tokenizer.json the prompts are counted with
+    model_hash: str
+    engine: engines.Engine
+    engine_info: EngineInfo
+    log_path: Path
+    startup_s: float
+    pid: int
+    boot_number: int
+    memory: MemorySampler
+    process: subprocess.Popen = dataclasses.field(repr=False)     # the watchdog: it ends as the engine ended
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+    tree: Tree | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return tokenizer.eos_token_id(self.tokenizer_path)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def alive(self) -> bool:
+        """False once the server, or any process it runs with (vLLM's EngineCore, its workers), has ended."""
+        return self.process.poll() is None and (self.tree is None or self.tree.first_death() is None)
+
+    def _first_death(self) -> Death | None:
+        first = self.tree.first_death() if self.tree is not None else None
+        code = self.process.poll()
+        if first is None and code is None:
+            return None
+        if first is not None and self.tree is not None:
+            first = self.tree.settle(first)
+        if first is None or first.root:
+            if code is None and first is not None:
+                code = first.code
+            if code is None:                     # the watchdog ends as the engine did, once it stopped the rest
+                try:
+                    code = self.process.wait(10)
+                except subprocess.TimeoutExpired:
+                    code = None
+            return Death(self.pid, "server", True, code, first.seen if first else time.time())
+        return first
+
+    def death(self) -> str | None:
+        """How the server died, in a few words (``exit code -9``; ``VLLM::EngineCore (pid N) …``); None if alive."""
+        d = self._first_death()
+        if d is None:
+            return None
+        return f"exit code {d.code}" if d.root else f"{d.title} (pid {d.pid}) ended: {d.exit_words()}"
+
+    def check_alive(self, settle_s: float = 0.0) -> None:
+        """Raise ServerDied, with the log's tail, if the server or a process of it has ended.
+        ``settle_s``: after failed requests, how long to give a death to show (a client can see
+        the connection reset a moment before the kernel reports the process ended)."""
+        d = self._first_death()
+        deadline = time.monotonic() + settle_s
+        while d is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            d = self._first_death()
+        if d is None:
+            return
+        if d.root:
+            raise ServerDied(f"{self.config.id}: {self.engine.name} server (pid {self.pid}) exited with code {d.code} "
+                             f"during the run; last lines of {self.log_path}:\n{tail(self.log_path)}")
+        code = self.process.poll()
+        server = "is still running" if code is None else f"exited with code {code} after it"
+        raise ServerDied(f"{self.config.id}: the {self.engine.name} server's process {d.title} (pid {d.pid}) "
+                         f"ended during the run: {d.exit_words()}; the server (pid {self.pid}) {server}; "
+                         f"last lines of {self.log_path}:\n{tail(self.log_path)}")
+
+    def log_tail(self, lines: int = 25) -> str:
+        return tail(self.log_path, lines)
+
+    def cpu_meter(self) -> EngineCpu:
+        """``with handle.cpu_meter() as m: …; m.summary()``: CPU time the engine's processes used."""
+        return EngineCpu(self.pid)
+
+
+class EngineCpu:
+    """CPU time of each process of a server's tree over a ``with`` block, as a share of one core:
+    an engine process near 100% is what makes a small model on a big GPU host-bound."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.t0 = self.t1 = 0.0
+        self.before: dict[int, tuple[str, float]] = {}
+        self.after: dict[int, tuple[str, float]] = {}
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        out: dict[int, tuple[str, float]] = {}
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return out
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                out[p.pid] = (p.name(), t.user + t.system)
+            except psutil.Error:
+                pass
+        return out
+
+    def __enter__(self) -> EngineCpu:
+        self.before, self.t0 = self._read(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.after, self.t1 = self._read(), time.monotonic()
+
+    def summary(self) -> dict[str, object]:
+        """Per process (name and pid): CPU seconds ÷ wall seconds; and the busiest one."""
+        wall = self.t1 - self.t0
+        shares = {f"{name} ({pid})": round((cpu - self.before.get(pid, (name, 0.0))[1]) / wall, 4)
+                  for pid, (name, cpu) in self.after.items()} if wall > 0 else {}
+        busiest = max(shares.items(), key=lambda kv: kv[1]) if shares else None
+        return {"wall_s": round(wall, 3), "processes": shares,
+                "busiest": busiest[0] if busiest else None, "busiest_share": busiest[1] if busiest else None,
+                "total_share": round(sum(shares.values()), 4)}
+
+
+class Server:
+    """Start/stop one configuration.  ``start()`` returns a ready ``ServerHandle``."""
+
+    def __init__(self, cfg: ServerConfig, matrix: Matrix, log_dir: Path, boot_number: int = 1,
+                 progress: Progress | None = None, port: int | None = None,
+                 say: Callable[[str], None] | None = None):
+        self.cfg, self.matrix, self.log_dir = cfg, matrix, Path(log_dir)
+        self.boot_number, self.progress, self.port = boot_number, progress, port
+        self.say = say or (lambda line: None)
+        self.engine = engines.get(cfg.engine)
+        self.proc: subprocess.Popen | None = None       # the watchdog, whose child is the engine
+        self.pid: int | None = None                     # the engine's pid (and process group)
+        self.handle: ServerHandle | None = None
+        self._known_pids: set[int] = set()
+        self._record: Path | None = None
+        self._tree: Tree | None = None
+        self.signalled = False                          # its process group was told to stop
+        self._stop_lock = threading.Lock()
+
+    # -- model -------------------------------------------------------------------------
+    def _resolved(self) -> tuple[ServerConfig, Path]:
+        """The configuration with its model (and draft model) as this engine loads them."""
+        model = self.matrix.entry_model(self.cfg)
+        if not model.exists():
+            raise BootError(f"{self.cfg.id}: model path {str(model)!r} does not exist")
+        why = self.engine.check_model(self.cfg, model)
+        if why:
+            raise BootError(f"{self.cfg.id}: {why}")
+        why = self.engine.unsupported(self.cfg, model)
+        if why:
+            raise Unsupported(f"{self.cfg.id}: {why}")
+        cfg = self.cfg
+        try:
+            if cfg.speculative and isinstance(cfg.speculative.get("model"), str):
+                draft = self.engine.prepare_model(cfg, self.matrix.resolve_model(cfg.speculative["model"]))
+                cfg = dataclasses.replace(cfg, speculative={**cfg.speculative, "model": str(draft)})
+            model = self.engine.prepare_model(cfg, model)
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            raise BootError(f"{self.cfg.id}: could not prepare the model for {self.engine.name}: {e}") from None
+        return cfg, model
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> ServerHandle:
+        why = self.engine.unavailable(self.cfg)
+        if why:
+            raise BootError(f"{self.cfg.id}: {why}")
+        try:
+            engines.base.gpu_memory_fraction(self.cfg)     # a byte budget this card cannot give
+        except ValueError as e:
+            raise BootError(f"{self.cfg.id}: {e}") from None
+        if self.cfg.device == "gpu":
+            def check() -> str | None:
+                return device.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
+                                       lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
+            busy = check()
+            settle_until = _last_stop[0] + GPU_SETTLE_S
+            while busy and _last_stop[0] and time.monotonic() < settle_until and not HURRY.is_set():
+                time.sleep(1.0)                 # the server stopped just before may still be releasing it
+                busy = check()
+            if busy:
+                raise BootError(busy)
+        cfg, model = self._resolved()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        last_error: BootError | None = None
+        for attempt in range(3):  # a port taken between our check and the engine's bind: pick another
+            port = self.port if (self.port and attempt == 0) else free_port()
+            if self.port and attempt == 0 and port_in_use(port):
+                port = free_port()
+                self.say(f"llmgate: {cfg.id}: port {self.port} is in use on {HOST}; using {port} instead")
+            elif attempt:
+                self.say(f"llmgate: {cfg.id}: the port was taken while it booted; retrying on {port}")
+            try:
+                return self._start_once(cfg, model, port, attempt)
+            except BootError as e:
+                last_error = e
+                if "address already in use" not in str(e).lower():
+                    raise
+        assert last_error is not None
+        raise last_error
+
+    def _start_once(self, cfg: ServerConfig, model: Path, port: int, attempt: int) -> ServerHandle:
+        suffix = f".{self.boot_number}" + (f"-retry{attempt}" if attempt else "")
+        log_path = self.log_dir / f"{cfg.id}{suffix}.log"
+        self._model = model
+        cmd = self.engine.command(cfg, model, HOST, port)
+        env = {**os.environ, **self.engine.environment(cfg), **cfg.env}
+        api_key = os.environ.get(API_KEY_ENV) or None
+        if api_key and self.engine.api_key_env:
+            env[self.engine.api_key_env] = api_key          # from the environment, never on the command line
+        elif api_key:
+            self.say(f"llmgate: {cfg.id}: {API_KEY_ENV} is set but {self.engine.name} takes no API key from its "
+                     f"environment: this server runs without one")
+            api_key = None
+        auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        base_url = f"http://{HOST}:{port}"
+        sampler: MemorySampler | None = None
+        try:
+            with open(log_path, "wb") as log:
+                log.write(("$ " + " ".join(cmd) + "\n").encode())
+                log.flush()
+                t0 = time.monotonic()
+                _live.add(self)
+                self.proc = subprocess.Popen(watchdog.command(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=env, process_group=0)
+            self.pid = self._engine_pid()
+            if self.pid is not None and _records["dir"] is not None:
+                self._record = strays.write(_records["dir"], pid=self.pid, entry=cfg.id, engine=self.engine.name,
+                                            cmdline=cmd, log=str(log_path), watchdog_pid=self.proc.pid)
+            sampler = MemorySampler(self.pid or self.proc.pid)
+            sampler.start()
+            startup = self._wait_ready(base_url, log_path, t0)
+            with httpx.Client(timeout=30, headers=auth) as http:
+                info = self.engine.info(http, base_url, cfg)
+            self._tree = Tree(self.pid or self.proc.pid)
+            self._tree.adopt()
+        except BaseException:
+            if sampler is not None:
+                sampler.stop()
+            self.stop()
+            raise
+        self.handle = ServerHandle(
+            config=self.cfg, base_url=base_url, model_path=model, model_name=str(model),
+            tokenizer_path=self.matrix.tokenizer_folder(self.cfg),
+            model_hash=tinymodel.model_hash(model), engine=self.engine, engine_info=info, log_path=log_path,
+            startup_s=startup, pid=self.pid or self.proc.pid, boot_number=self.boot_number, memory=sampler,
+            process=self.proc, api_key=api_key, tree=self._tree)
+        return self.handle
+
+    def _engine_pid(self, timeout_s: float = 60.0) -> int | None:
+        """The engine's pid: the watchdog's child (None if the watchdog ended before it had one)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                kids = psutil.Process(self.proc.pid).children()
+            except psutil.Error:
+                kids = []
+            if kids:
+                return kids[0].pid
+            if self.proc.poll() is not None:
+                return None
+            time.sleep(0.01)
+        return None
+
+    def _wait_ready(self, base_url: str, log_path: Path, t0: float) -> float:
+        assert self.proc is not None
+        deadline = t0 + self.cfg.boot_timeout_s
+        next_progress = t0 + 5.0
+        with httpx.Client(timeout=5) as http:
+            while True:
+                self._remember_children()
+                code = self.proc.poll()
+                if code is not None:
+                    text = tail(log_path, 400)
+                    diag = self.engine.diagnose_boot(text)
+                    reason = diag.reason if diag else f"exited with code {code}"
+                    raise BootError(f"{self.cfg.id}: {self.engine.name} server exited with code {code} while booting: "
+                                    f"{reason}\nlast lines of {log_path}:\n{tail(log_path)}", diag)
+                if self.engine.ready(http, base_url, str(self._model)):
+                    return time.monotonic() - t0
+                now = time.monotonic()
+                if now > deadline:
+                    raise BootError(f"{self.cfg.id}: {self.engine.name} server not ready after "
+                                    f"{self.cfg.boot_timeout_s:.0f} s (boot_timeout_s); last lines of {log_path}:\n"
+                                    f"{tail(log_path)}")
+                if self.progress and now >= next_progress:
+                    self.progress(self.cfg.id, now - t0, tail(log_path, 1))
+                    next_progress = now + 5.0
+                time.sleep(0.25)
+
+    def _remember_children(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            for c in psutil.Process(self.pid or self.proc.pid).children(recursive=True):
+                self._known_pids.add(c.pid)
+        except psutil.Error:
+            pass
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the engine's process group (any thread)."""
+        if self.pid is None:
+            return
+        self.signalled = True
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def group_alive(self) -> bool:
+        return self.pid is not None and bool(self._survivors(self.pid))
+
+    def stop(self, grace_s: float = 20.0) -> list[int]:
+        """Terminate the engine's whole process group; return the pids that had to be killed after
+        the grace period (cut short when a second interrupt asks the session to hurry)."""
+        with self._stop_lock:
+            return self._stop(grace_s)
+
+    def _stop(self, grace_s: float) -> list[int]:
+        _live.discard(self)
+        if self.proc is None:
+            return []
+        if self._tree is not None:
+            self._tree.close()                  # what ends from here on is the stop, not a failure
+        self._remember_children()
+        if self.handle:
+            self.handle.memory.stop()
+        pgid = self.pid
+        if not self.signalled:                  # a second SIGTERM could break vLLM's own shutdown off
+            self.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and not HURRY.is_set() and self.proc.poll() is None:
+            time.sleep(0.1)
+        while time.monotonic() < deadline and not HURRY.is_set() and pgid is not None and self._survivors(pgid):
+            time.sleep(0.2)
+        killed = []
+        for p in (self._survivors(pgid) if pgid is not None else []):
+            try:
+                p.kill()
+                killed.append(p.pid)
+            except psutil.Error:
+                pass
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(10)                  # the watchdog ends once the engine's processes are gone
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        strays.remove(self._record)
+        self._record = None
+        _last_stop[0] = time.monotonic()
+        return killed
+
+    def _survivors(self, pgid: int) -> list[psutil.Process]:
+        out = []
+        for pid in {pgid} | self._known_pids.copy():      # copy(): another thread may be adding
+            try:
+                p = psutil.Process(pid)
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.pid not in {x.pid for x in out} and os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except (psutil.Error, ProcessLookupError, PermissionError):
+                pass
+        return out

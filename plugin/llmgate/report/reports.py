@@ -1,0 +1,339 @@
+"""What people read: the terminal table at the end of a session, the JSON report (the same
+data with provenance and raw samples; schema in docs/report.md), the Markdown summary for a
+pull request or ``$GITHUB_STEP_SUMMARY``, and the plots (llmgate.report.plots)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from tabulate import tabulate
+
+from llmgate.store.baseline import no_baseline_reason
+from llmgate.config.ids import LEVER_OFF, entry_scope
+from llmgate.config.matrix import Matrix
+from llmgate.analysis.verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
+
+
+def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
+    """Table rows of verdicts (those of report.json rebuilt with ``Verdict.from_dict``)."""
+    rows = []
+    pairs = [(v, v.to_dict()) for v in verdicts]
+    for obj, v in sorted(pairs, key=lambda p: (p[1]["config"], p[1]["test"], p[1]["key"])):
+        m = obj.metric
+        now, base = v["now"], v["baseline"]
+        spread = f"{m.display(now['min'])} – {m.display(now['max'])}" if now["n"] > 1 else ""
+        boots = (v.get("boots") or {}).get("now") or 0
+        n = f"{boots}×{len(now['values']) // boots}" if boots > 1 and now.get("values") else str(len(now.get("values") or []) or now["n"])
+        rows.append([
+            v["config"], v["test"].removeprefix("test_"),
+            f"{m.label}" + (f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""),
+            m.display(now["median"]), spread, n,
+            m.display(base["median"]) if base else "—",
+            f"{v['change']:+.1%}" if v["change"] is not None else "—",
+            mde_cell(v), status_text(v), v.get("regime") or "",
+        ])
+    return rows
+
+
+def status_text(v: dict[str, Any]) -> str:
+    """The verdict as a table shows it: a missing baseline says why (``no baseline for this device``)."""
+    if v["status"] == NO_BASELINE and v.get("note"):
+        return no_baseline_reason(v["note"]) or v["status"]
+    return v["status"]
+
+
+def mde_cell(v: dict[str, Any]) -> str:
+    """The minimum detectable effect of a verdict, "≥" when it is a lower bound, "~" when it rests on
+    assumed between-boot noise (one boot a side, ``noise_prior``), "!" when it is above the metric's
+    minimum effect."""
+    mde = v.get("mde")
+    if mde is None:
+        return "—"
+    lower = bool(v.get("mde_lower_bound"))
+    prefix = "≥" if lower else "~" if v.get("noise_assumed") else ""
+    return prefix + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
+
+
+def verdict_table(verdicts: Iterable[Verdict]) -> str:
+    return tabulate(verdict_rows(verdicts),
+                    headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "MDE",
+                             "verdict", "regime"],
+                    tablefmt="github")
+
+
+def boot_table(boots: dict[str, list[dict]]) -> str:
+    rows = []
+    for cid, items in sorted(boots.items()):
+        for b in items:
+            rows.append([cid, b.get("boot"), b.get("engine", ""), b.get("version") or "?",
+                         f"{b['startup_s']:.1f} s" if b.get("startup_s") is not None else "failed",
+                         b.get("log", "")])
+    return tabulate(rows, headers=["configuration", "boot", "engine", "version", "start-up", "log"], tablefmt="github")
+
+
+# -- the JSON report -------------------------------------------------------------------------
+REPORT_SCHEMA = "llmgate-report/1"        # documented in docs/report.md, checked by data/report.schema.json
+
+
+def _verdict_dict(v: Verdict, configs: Callable[[str], dict[str, Any] | None],
+                  raw: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, Any]:
+    r = raw.get((v.config_id, v.test, v.key)) or {}
+    return {**v.to_dict(), "config_detail": configs(v.config_id), "raw": r.get("now"), "baseline_raw": r.get("baseline")}
+
+
+def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]], verdicts: list[Verdict],
+          notes: list[str], raw: dict[tuple[str, str, str], dict[str, Any]],
+          configs: Callable[[str], dict[str, Any] | None], argv: list[str], exit_status: int) -> dict[str, Any]:
+    """Everything a session measured, as one JSON-ready document (schema ``llmgate-report/1``)."""
+    return _document(device, settings, boots, [_verdict_dict(v, configs, raw) for v in verdicts], notes, argv,
+                     exit_status)
+
+
+def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> dict[str, Any]:
+    """One report from the reports of pytest-xdist workers (each a whole ``llmgate-report/1``):
+    verdicts, boots and notes of all; the device with every worker's GPUs."""
+    boots: dict[str, list[dict]] = {}
+    gpus: dict[int, dict[str, Any]] = {}
+    for r in reports:
+        for cid, bs in r["boots"].items():
+            boots.setdefault(cid, []).extend(bs)
+        for g in (r.get("device") or {}).get("gpus") or []:
+            gpus[g["index"]] = g
+    device = dict(reports[0]["device"]) if reports else {}
+    if gpus:
+        device["gpus"] = [gpus[i] for i in sorted(gpus)]
+    doc = _document(device, reports[0]["settings"] if reports else {}, boots,
+                    [v for r in reports for v in r["verdicts"]], [n for r in reports for n in r["notes"]], argv,
+                    exit_status)
+    doc["workers"] = [r.get("worker") for r in reports]
+    return doc
+
+
+def _document(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]],
+              verdicts: list[dict[str, Any]], notes: list[str], argv: list[str], exit_status: int) -> dict[str, Any]:
+    counts = Counter(v["status"] for v in verdicts)
+    return {
+        "schema": REPORT_SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "llmgate_version": _version(),
+        "argv": _redact(argv),
+        "exit_status": exit_status,
+        "device": device,
+        "settings": settings,
+        "boots": boots,
+        "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
+        "verdicts": verdicts,
+        "notes": notes,
+    }
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("pytest-llmgate")
+    except Exception:               # running from a source tree that is not installed
+        return "unknown"
+
+
+def _redact(argv: list[str]) -> list[str]:
+    """Command-line words that look like secrets (``--api-key X``, ``key=…``) are replaced."""
+    out, hide_next = [], False
+    for a in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        low = a.lower()
+        if any(w in low for w in ("api-key", "api_key", "token", "secret", "password")):
+            if "=" in a:
+                out.append(a.split("=", 1)[0] + "=***")
+            else:
+                out.append(a)
+                hide_next = True
+            continue
+        out.append(a)
+    return out
+
+
+# -- the Markdown summary ----------------------------------------------------------------------
+def _fmt(metric_display: Callable[[float], str], x: float | None) -> str:
+    return "—" if x is None else metric_display(x)
+
+
+def markdown(rep: dict[str, Any]) -> str:
+    """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY)."""
+
+    c = rep["counts"]
+    verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
+    if rep.get("interrupted") and not c[REGRESSED]:
+        verdict_word = "⚠️ interrupted"
+    if rep.get("baseline_not_saved") and not c[REGRESSED]:
+        verdict_word = "❌ baseline not saved"
+    dev = rep.get("device") or {}
+    engines = sorted({f"{b.get('engine')} {b.get('version') or '?'}" for bs in rep["boots"].values() for b in bs})
+    lines = [f"## llmgate: {verdict_word}", "",
+             f"{c[REGRESSED]} regressed · {c[IMPROVED]} improved · {c[UNCHANGED]} unchanged · "
+             f"{c[NO_BASELINE]} without baseline · {c[REFUSED]} not comparable", "",
+             f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · engines: {', '.join(engines) or '—'} · "
+             f"created {rep['created']}", ""]
+    for line in rep.get("baseline_not_saved") or []:
+        lines += [f"**❌ {line}**: the run fails; what was measured is below and in report.json.", ""]
+    stop = rep.get("interrupted")
+    if stop:
+        during = f" during `{stop['during']}`" if stop.get("during") else ""
+        lines += [f"**⚠️ Interrupted by {stop.get('signal') or stop.get('reason') or 'an interrupt'}{during}**: "
+                  f"the servers were stopped and what was measured is below; the rest was not run.", ""]
+        if stop.get("not_run"):
+            lines += ["Not run:", ""] + [f"- `{n}`" for n in stop["not_run"][:50]]
+            if len(stop["not_run"]) > 50:
+                lines.append(f"- … and {len(stop['not_run']) - 50} more")
+            lines.append("")
+    by_test: dict[str, list[dict[str, Any]]] = {}
+    for v in rep["verdicts"]:
+        by_test.setdefault(v["test"].removeprefix("test_"), []).append(v)
+    for test, vs in by_test.items():
+        lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | MDE | verdict | regime |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for v in sorted(vs, key=lambda v: (v["config"], v["key"])):
+            m = Verdict.from_dict(v).metric
+            suffix = f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""
+            base = _fmt(m.display, v["baseline"]["median"]) if v["baseline"] else "—"
+            change = f"{v['change']:+.1%}" if v["change"] is not None else "—"
+            if v["ci95"]:
+                change += f" ({v['ci95'][0]:+.0%} … {v['ci95'][1]:+.0%})"
+            status = {REGRESSED: "**regressed**", IMPROVED: "improved"}.get(v["status"], status_text(v))
+            lines.append(f"| {v['config']} | {v['label']}{suffix} ({v['better']} is better) | {base} | "
+                         f"{m.display(v['now']['median'])} | {change} | {mde_cell(v)} | {status} | {v.get('regime') or ''} |")
+        lines.append("")
+    if rep["notes"]:
+        lines += ["### Notes", ""] + [f"- {n}" for n in rep["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None) -> list[Path]:
+    """report.json, summary.md and the plots under ``out_dir`` (not with ``LLMGATE_PLOTS=0``); the
+    Markdown is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.  Returns the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+    path = out_dir / "report.json"
+    _write(path, json.dumps(rep, indent=1, default=str))
+    files.append(path)
+    md = markdown(rep)
+    path = out_dir / "summary.md"
+    _write(path, md)
+    files.append(path)
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(md + "\n")
+    if os.environ.get("LLMGATE_PLOTS") == "0":     # asked for no plots (llmgate's self-tests: ~0.8 s a session)
+        return files
+    try:
+        from llmgate.report import plots
+    except ImportError as e:                # matplotlib missing: the rest of the report stands
+        rep["notes"].append(f"no plots: {e} (pip install 'pytest-llmgate[plots]')")
+    else:
+        files += plots.write(rep, out_dir / "plots")
+    return files
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace a report file whole (a reader never sees half of one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+# -- the terminal -----------------------------------------------------------------------------
+class ReportedSession(Protocol):
+    """What llmgate's terminal section shows of a finished session (``llmgate.runner.session.GateSession``):
+    a protocol here, so that the reports do not import the runner above them."""
+
+    verdicts: list[Verdict]
+    boots: dict[str, list[dict[str, Any]]]
+    notes: list[str]
+    summary: dict[str, Any] | None
+    report_files: list[Path]
+
+    @property
+    def matrix(self) -> Matrix: ...
+
+
+def skipped_entries(terminalreporter, gs: ReportedSession) -> list[str]:
+    """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
+    one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
+    -rs lists those)."""
+    try:
+        ids = [e.id for e in gs.matrix.entries]
+    except ValueError:             # a matrix that did not load (MatrixError)
+        return []
+    ran: set[str] = set()
+    counts: dict[tuple[str, str], int] = {}
+    for category, reports in terminalreporter.stats.items():
+        for rep in reports:
+            scope = entry_scope(getattr(rep, "nodeid", None) or "", ids)
+            if not scope.startswith("llmgate-entry:"):
+                continue
+            cid = scope.removeprefix("llmgate-entry:")
+            if category in ("passed", "failed", "error", "xfailed", "xpassed"):
+                ran.add(cid)
+            elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
+                reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
+                if LEVER_OFF not in dict(getattr(rep, "user_properties", None) or ()):
+                    counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
+    return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
+
+
+def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
+    """llmgate's section at the end of the terminal output: entries skipped whole, the boots,
+    the verdict table, notes, the reference figures asked for, the report files, the regressions."""
+    boots = gs.boots                                        # the workers' too, under pytest-xdist
+    verdicts = list(gs.verdicts)
+    skipped = skipped_entries(terminalreporter, gs)
+    not_saved = list(getattr(gs, "not_saved", None) or [])
+    if not (verdicts or boots or skipped or not_saved):
+        return
+    tr = terminalreporter
+    tr.section("llmgate")
+    for line in skipped:
+        tr.write_line(line, yellow=True)
+    if hidden:
+        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} metric(s) is not shown: it prints each as a "
+                      f"time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read this one")
+    if boots:
+        total = sum(len(v) for v in boots.values())
+        tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")
+        tr.write_line(boot_table(boots))
+    if verdicts:
+        tr.write_line("")
+        tr.write_line(verdict_table(verdicts))
+        if gs.notes:
+            tr.write_line("")
+            tr.write_line("notes:")
+            for n in gs.notes:
+                tr.write_line("  " + n)
+        if reference_name and gs.summary:
+            from llmgate.report import reference
+            tr.write_line("")
+            try:
+                tr.write_line(reference.table(reference.load(reference_name, (reference_dir,)),
+                                              gs.summary))
+            except (FileNotFoundError, ValueError) as e:
+                tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
+        regressed = [v for v in verdicts if v.failed]
+        if gs.report_files:
+            tr.write_line("")
+            tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
+        if regressed:
+            tr.write_line("")
+            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
+            for v in regressed:
+                tr.write_line("  " + v.line(), red=True)
+    for line in not_saved:
+        tr.write_line("")
+        tr.write_line(f"llmgate: {line}", red=True, bold=True)

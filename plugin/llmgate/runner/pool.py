@@ -1,0 +1,107 @@
+"""The session's servers: one per matrix entry, booted on first use, rebooted for each
+measurement boot or a confirmation run, stopped at the end (or when a test needs the
+machine to itself).  Every boot is recorded (boot number, engine, version, start-up, log)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from llmgate.load.workloads import PromptMaker
+from llmgate.config.matrix import Matrix, ServerConfig
+from llmgate.process.server import BootError, Server, ServerHandle
+
+
+class ServerPool:
+    """The running servers of a session, by entry id, and the record of every boot."""
+
+    def __init__(self, matrix: Callable[[], Matrix], log_dir: Path, say: Callable[[str], None],
+                 boots_for: Callable[[ServerConfig], int]):
+        self._matrix, self.log_dir, self.say, self.boots_for = matrix, log_dir, say, boots_for
+        self.servers: dict[str, Server] = {}
+        self.boots: dict[str, list[dict[str, Any]]] = {}      # entry → one record per boot
+        self.rounds: dict[str, int] = {}                       # entry → which of its K measurement boots is up
+        self._prompt_makers: dict[str, PromptMaker] = {}
+        self._model_hashes: dict[str, str | None] = {}
+
+    def progress(self, cid: str, elapsed: float, last_line: str) -> None:
+        self.say(f"llmgate: booting {cid}: {elapsed:.0f} s … {last_line.strip()[-150:]}")
+
+    def handle(self, cid: str) -> ServerHandle | None:
+        """The handle of entry ``cid``'s running server (None when none runs)."""
+        server = self.servers.get(cid)
+        return server.handle if server is not None else None
+
+    def boot(self, cfg: ServerConfig) -> ServerHandle:
+        n = len(self.boots.get(cfg.id, [])) + 1
+        record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
+        self.boots.setdefault(cfg.id, []).append(record)
+        server = Server(cfg, self._matrix(), self.log_dir, boot_number=n, progress=self.progress, port=cfg.port,
+                        say=self.say)
+        self.say(f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session)")
+        try:
+            handle = server.start()
+        except BootError:
+            record["log"] = str(self.log_dir)
+            raise
+        self.servers[cfg.id] = server
+        record.update(startup_s=handle.startup_s, version=handle.engine_info.version, log=str(handle.log_path))
+        self.say(f"llmgate: {cfg.id} ready in {handle.startup_s:.1f} s "
+                 f"({handle.engine_info.engine} {handle.engine_info.version}) at {handle.base_url}")
+        return handle
+
+    def reboot(self, cfg: ServerConfig) -> ServerHandle | None:
+        """Stop this configuration's server and boot a fresh one; the handle tests hold is updated
+        in place (so fixtures keep pointing at the live server).  None when it was not running."""
+        server = self.servers.get(cfg.id)
+        if server is None or server.handle is None:
+            return None
+        old = server.handle
+        self.shutdown(cfg.id)
+        new = self.boot(cfg)
+        for f in dataclasses.fields(ServerHandle):
+            setattr(old, f.name, getattr(new, f.name))
+        self.servers[cfg.id].handle = old
+        return old
+
+    def ensure_round(self, cfg: ServerConfig, k: int) -> None:
+        """Measurement boot ``k`` of this entry is up: reboot until it is (boots go forward only)."""
+        current = self.rounds.setdefault(cfg.id, 1)
+        while current < k:
+            handle = self.reboot(cfg)
+            if handle is None:
+                break
+            current += 1
+            self.rounds[cfg.id] = current
+            self.say(f"llmgate: {cfg.id}: measurement boot {current} of {self.boots_for(cfg)}")
+
+    def shutdown(self, cfg_id: str) -> None:
+        server = self.servers.pop(cfg_id, None)
+        if server is not None:
+            killed = server.stop()
+            if killed:
+                self.say(f"llmgate: {cfg_id}: killed {len(killed)} process(es) that outlived SIGTERM: {killed}")
+
+    def shutdown_all(self, why: str) -> None:
+        for cid in list(self.servers):
+            self.say(f"llmgate: stopping {cid}: {why}")
+            self.shutdown(cid)
+
+    def prompts(self, handle: ServerHandle) -> PromptMaker:
+        """Exact-length prompts in the server's tokenizer (one maker per tokenizer)."""
+        key = str(handle.tokenizer_path)
+        if key not in self._prompt_makers:
+            self._prompt_makers[key] = PromptMaker(handle.tokenizer_path)
+        return self._prompt_makers[key]
+
+    def model_hash(self, cfg: ServerConfig) -> str | None:
+        key = f"{cfg.model}|{cfg.load_format}"       # a dummy-weights entry's model is config-only
+        if key not in self._model_hashes:
+            try:
+                from llmgate.models import tinymodel
+                self._model_hashes[key] = tinymodel.model_hash(self._matrix().entry_model(cfg))
+            except OSError:
+                self._model_hashes[key] = None
+        return self._model_hashes[key]

@@ -1,0 +1,309 @@
+"""What llmgate keeps for one pytest session: settings, the matrix, the server pool, and what
+the tests measured (verdicts, boots, notes, raw samples) until the report is written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmgate.store import baseline as baseline_store
+from llmgate.device import hardware as device
+from llmgate.core import metrics
+from llmgate.report import reports as report
+from llmgate.process import server as server_mod
+from llmgate.runner import distribution as xdist
+from llmgate.config import matrix as matrix_mod
+from llmgate.process.interrupts import Interrupts
+from llmgate.load.workloads import PromptMaker
+from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
+from llmgate.runner.pool import ServerPool
+from llmgate.process.server import ServerHandle
+from llmgate.runner.settings import Settings
+from llmgate.analysis.verdict import Verdict
+
+
+class GateSession:
+    """Everything llmgate keeps for one pytest session."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.settings = Settings.from_config(config)
+        out = config.getoption("llmgate_out") or ".llmgate"
+        self.out_dir = (config.rootpath / out) if not Path(out).is_absolute() else Path(out)
+        self.worker = xdist.worker(config)
+        if self.worker:
+            self.out_dir = self.out_dir / self.worker     # the controller merges the workers' reports
+        self._matrix: Matrix | None = None
+        self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
+        self._matrix_error: str | None = None
+        self.pool = ServerPool(lambda: self.matrix, self.out_dir / "logs", self.say, self.boots_for)
+        self.servers = self.pool.servers                   # entry id → running Server
+        self.boots = self.pool.boots                       # entry id → one record per boot
+        self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
+        self.lever_results: dict[tuple[str, str], dict[str, Any]] = {}   # (lever, entry id) → figures
+        self.summary: dict[str, Any] | None = None
+        self.notes: list[str] = []
+        self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
+        self.report_files: list[Path] = []
+        self.not_saved: list[str] = []                  # why the baseline was not saved (one line each)
+        self.started = time.time()
+        # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
+        self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+        self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
+        self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
+        self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
+        self.interrupts = Interrupts()
+        self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
+        self.running: str | None = None                             # the test in progress
+        self.finished: set[str] = set()
+        server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
+
+    def boots_for(self, cfg: ServerConfig) -> int:
+        """How many boots a run of this entry spans."""
+        if self.settings.boots is not None:
+            return self.settings.boots
+        if cfg.boots is not None:
+            return cfg.boots
+        return 3 if cfg.device == "gpu" else 1
+
+    # -- hooks of this session (registered as a plugin of its config) ---------------------
+    @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        """pytest caught the interrupt (Ctrl-C, or SIGTERM/SIGHUP through llmgate's handlers): from
+        here on a further signal makes the stopping hurry instead of breaking it off."""
+        self.interrupts.begin_stopping()
+        sig = self.interrupts.received
+        if sig is None:
+            # pytest's own stops (collection errors, -x, --maxfail, pytest.exit) come this way too
+            if not excinfo.errisinstance(KeyboardInterrupt) or excinfo.errisinstance(pytest.Session.Interrupted):
+                return
+            sig = "SIGINT"
+        if self.interrupted is None:
+            self.interrupted = {"signal": sig, "during": self.running, "reason": str(excinfo.value) or None}
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.running = nodeid
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.finished.add(nodeid)
+        self.running = None
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        """(controller, pytest-xdist) Every test of one matrix entry goes to the same worker, in
+        order, so each server boots once; the entries spread over the workers (one per GPU share)."""
+        try:
+            ids = [e.id for e in self.matrix.entries]
+        except MatrixError:
+            return None
+        return xdist.entry_scheduling(config, log, ids)
+
+    def load_matrix_file(self) -> Matrix:
+        """(pytest_sessionstart) Read and check the matrix file, before anything is collected or
+        booted: a bad one (an unknown key or engine, a model path that does not exist, a model
+        folder without a tokenizer) is one usage error, exit code 4, instead of a collection error
+        in every scenario module.  Without a matrix file this is the embedded default, so a session
+        of other tests is not affected.  The ``pytest_llmgate_matrix`` hooks are applied at first
+        use (``matrix``), when the conftest files that implement them are loaded."""
+        if self._file_matrix is None:
+            explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
+            try:
+                self._file_matrix = matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+            except MatrixError as e:
+                self._matrix_error = str(e)
+                raise pytest.UsageError(str(e)) from None
+        return self._file_matrix
+
+    @property
+    def matrix(self) -> Matrix:
+        """The loaded matrix, after every ``pytest_llmgate_matrix`` hook has adjusted it."""
+        if self._matrix is None:
+            if self._matrix_error:
+                raise MatrixError(self._matrix_error)
+            explicit = self.config.getoption("llmgate_matrix") or self.config.getini("llmgate_matrix") or None
+            try:
+                loaded = self._file_matrix or matrix_mod.load(matrix_mod.discover(self.config.rootpath, explicit))
+                for adjusted in self.config.hook.pytest_llmgate_matrix(config=self.config, matrix=loaded):
+                    if adjusted is not None:
+                        loaded = adjusted
+                self._matrix = loaded
+            except MatrixError as e:
+                self._matrix_error = str(e)
+                raise
+        return self._matrix
+
+    def config_detail(self, cid: str) -> dict[str, Any] | None:
+        try:
+            return self.matrix.by_id(cid).describe()
+        except (KeyError, MatrixError):
+            return None
+
+    def say(self, line: str) -> None:
+        say(self.config, line)
+
+    def note_once(self, line: str) -> None:
+        if line not in self.notes:
+            self.notes.append(line)
+
+    # -- the server pool, as tests and fixtures ask for it ---------------------------------
+    def progress(self, cid: str, elapsed: float, last_line: str) -> None:
+        self.pool.progress(cid, elapsed, last_line)
+
+    def boot(self, cfg: ServerConfig) -> ServerHandle:
+        return self.pool.boot(cfg)
+
+    def reboot(self, cfg: ServerConfig) -> ServerHandle | None:
+        return self.pool.reboot(cfg)
+
+    def ensure_round(self, cfg: ServerConfig, k: int) -> None:
+        self.pool.ensure_round(cfg, k)
+
+    def shutdown(self, cfg_id: str) -> None:
+        self.pool.shutdown(cfg_id)
+
+    def shutdown_all(self, why: str) -> None:
+        self.pool.shutdown_all(why)
+
+    def prompts(self, handle: ServerHandle) -> PromptMaker:
+        return self.pool.prompts(handle)
+
+    def model_hash(self, cfg: ServerConfig) -> str | None:
+        return self.pool.model_hash(cfg)
+
+    def min_effect(self, metric: metrics.Metric, key: str, cfg: ServerConfig | None, item: pytest.Item) -> float:
+        for source in (self.settings.min_effect, marker_min_effect(item), cfg.min_effect if cfg else {}):
+            for k in (key, metric.name):
+                if k in source:
+                    return float(source[k])
+        return metric.min_effect
+
+    def finish(self, session: pytest.Session) -> None:
+        """(pytest_sessionfinish) Stop every server, complete the notes, append the run history,
+        write report.json and summary.md (under pytest-xdist, on the controller: merged from the
+        workers' reports, whose verdicts are rebuilt as Verdicts), and show the verdicts to
+        ``pytest_llmgate_verdicts``."""
+        gs = self
+        gs.interrupts.begin_stopping()          # a signal from here on hurries the stopping, never breaks it off
+        if gs.interrupts.received and gs.interrupted is None:      # arrived after the last test
+            gs.interrupted = {"signal": gs.interrupts.received, "during": None, "reason": None}
+        if gs.interrupted is not None:
+            if gs.servers:
+                say(session.config, f"llmgate: interrupted by {gs.interrupted.get('signal') or 'an interrupt'}: "
+                                    f"stopping {len(gs.servers)} server(s)")
+            server_mod.signal_all_live()       # all at once, then wait for each
+        for cid in list(gs.servers):
+            gs.shutdown(cid)
+        for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
+            say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
+        argv = list(session.config.invocation_params.args)
+        # pytest-benchmark saved (or failed to save) before this hook: a baseline that could not be
+        # written fails the run, and what was measured is still reported below
+        not_saved = [line] if (line := baseline_store.save_failure(session.config)) else []
+        if not_saved and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        gs.not_saved = list(not_saved)
+        # the regime is known once an entry's decode window ran, maybe after its other verdicts
+        gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
+                          if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
+        single = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if v.mde_lower_bound})
+        if single:
+            gs.notes.append(f"{len(single)} verdict(s) compared one boot a side ({', '.join(single[:4])}"
+                            f"{', …' if len(single) > 4 else ''}): the boot-to-boot noise was not measured, so their MDE "
+                            f"is a lower bound and a move of one boot's size can pass for a change; run and save the "
+                            f"baseline with --llmgate-boots 2 or more")
+        assumed = sorted({f"{v.config_id} {v.key}" for v in gs.verdicts if v.noise_assumed and v.baseline is not None})
+        if assumed:
+            gs.notes.append(f"{len(assumed)} verdict(s) compared one boot a side ({', '.join(assumed[:4])}"
+                            f"{', …' if len(assumed) > 4 else ''}): no boot measured the boot-to-boot noise, so "
+                            f"llmgate's conservative prior for the device stood in for it (their MDE is wide: only what "
+                            f"that noise cannot explain is flagged); record and compare with --llmgate-boots 2 or more "
+                            f"to see smaller changes")
+        try:
+            from llmgate.store import history
+            written = history.record_session(gs, int(session.exitstatus))
+            if written:
+                say(session.config, f"llmgate: run history: {written}")
+        except Exception as e:                                   # the run's results stand without it
+            gs.notes.append(f"run history not written: {type(e).__name__}: {e}")
+        if gs.interrupted is not None:
+            gs.interrupted["not_run"] = not_run(session, gs)
+            gs.notes.append(interrupted_line(gs.interrupted))
+        if gs.verdicts:
+            session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
+        if gs.verdicts or gs.boots or (gs.interrupted is not None and not xdist.workers(session.config)):
+            gs.out_dir.mkdir(parents=True, exist_ok=True)
+            gs.summary = summary = report.build(
+                device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
+                verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
+                argv=argv, exit_status=int(session.exitstatus))
+            summary["worker"] = gs.worker
+            summary["interrupted"] = gs.interrupted
+            summary["baseline_not_saved"] = not_saved
+            gs.report_files = report.write_all(summary, gs.out_dir,
+                                               None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
+        elif xdist.workers(session.config):
+            # the controller: the workers wrote their reports under out/gwN/ before they finished
+            parts = []
+            for f in sorted(gs.out_dir.glob("gw*/report.json")):
+                if f.stat().st_mtime < gs.started:
+                    continue                                    # left by an earlier session
+                try:
+                    parts.append(json.loads(f.read_text(encoding="utf-8")))
+                except (OSError, ValueError) as e:
+                    gs.notes.append(f"could not read the worker report {f}: {e}")
+            if parts:
+                gs.not_saved += [line for r in parts for line in r.get("baseline_not_saved") or []]
+                if gs.not_saved and session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED     # a worker's baseline was not saved
+                gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+                summary["baseline_not_saved"] = list(gs.not_saved)
+                summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
+                                                                None)
+                gs.boots.update(summary["boots"])
+                gs.verdicts[:] = [Verdict.from_dict(v) for v in summary["verdicts"]]      # the workers' verdicts
+                session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
+                gs.notes = summary["notes"] + gs.notes
+                gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+
+
+SESSION_KEY = pytest.StashKey[GateSession]()
+
+
+def marker_min_effect(item: pytest.Item) -> dict[str, float]:
+    m = item.get_closest_marker("llmgate")
+    return dict(m.kwargs.get("min_effect") or {}) if m else {}
+
+
+def say(config: pytest.Config, line: str) -> None:
+    """A progress line on the terminal, visible even while output is captured."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is not None:
+        with capman.global_and_fixture_disabled():
+            tr.write_line(line)
+    else:
+        tr.write_line(line)
+
+def not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
+    """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,
+    where this process does not know which tests were meant for it)."""
+    if xdist.worker(session.config) or xdist.workers(session.config):
+        return None
+    running = gs.interrupted.get("during") if gs.interrupted else None
+    return [i.nodeid for i in session.items if i.nodeid not in gs.finished and i.nodeid != running]
+
+
+def interrupted_line(info: dict[str, Any]) -> str:
+    what = f"interrupted by {info['signal']}" if info.get("signal") else f"interrupted ({info.get('reason')})"
+    where = f" during {info['during']}" if info.get("during") else ""
+    not_run = info.get("not_run")
+    rest = f"; {len(not_run)} test(s) not run" if not_run else ""
+    return f"{what}{where}: every server was stopped; what was measured is reported{rest}"

@@ -1,0 +1,77 @@
+"""The run's settings: what the command line (``--llmgate-*``) asks of every scenario."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from llmgate.core import metrics
+from llmgate.analysis.verdict import DEFAULT_ALPHA
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    repeats: int = 5
+    warmup: int = 1
+    boots: int | None = None
+    concurrency: int = 8
+    request_timeout: float = 300.0
+    alpha: float = DEFAULT_ALPHA
+    min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
+    allow_mismatch: bool = False
+    confirm: bool = True
+    ab: tuple[tuple[str, str], ...] = ()
+    ab_rounds: int = 4
+    determinism: str = "fail"
+    hypothesis_examples: int = 20
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        d = cls()
+        min_effect = {}
+        for item in config.getoption("llmgate_min_effect") or []:
+            name, sep, value = item.partition("=")
+            try:
+                metrics.get(name)
+                min_effect[name] = float(value)
+            except (KeyError, ValueError):
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION with a known metric "
+                                        f"({', '.join(sorted(metrics.REGISTRY))})") from None
+            if not sep:
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION")
+
+        def opt(name, default):
+            v = config.getoption(name)
+            return default if v is None else v
+
+        s = cls(repeats=opt("llmgate_repeats", d.repeats), warmup=opt("llmgate_warmup", d.warmup),
+                boots=config.getoption("llmgate_boots"),
+                concurrency=opt("llmgate_concurrency", d.concurrency),
+                request_timeout=opt("llmgate_request_timeout", d.request_timeout),
+                alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect,
+                allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
+                confirm=not config.getoption("llmgate_no_confirm"),
+                ab=parse_ab(config.getoption("llmgate_ab") or []),
+                ab_rounds=config.getoption("llmgate_ab_rounds"),
+                determinism=config.getoption("llmgate_determinism"),
+                hypothesis_examples=config.getoption("llmgate_hypothesis_examples"))
+        if s.boots is not None and s.boots < 1:
+            raise pytest.UsageError("--llmgate-boots must be >= 1")
+        if s.repeats < 1 or s.concurrency < 1 or s.warmup < 0:
+            raise pytest.UsageError("--llmgate-repeats and --llmgate-concurrency must be >= 1, --llmgate-warmup >= 0")
+        return s
+
+
+def parse_ab(items: list[str]) -> tuple[tuple[str, str], ...]:
+    sides = []
+    for item in items:
+        name, sep, launcher = item.partition("=")
+        if not sep or not name or not launcher:
+            raise pytest.UsageError(f"--llmgate-ab {item!r}: expected NAME=LAUNCHER (an interpreter or a binary)")
+        sides.append((name, launcher))
+    if sides and len(sides) != 2:
+        raise pytest.UsageError(f"--llmgate-ab: give exactly two sides (baseline first, candidate second), got {len(sides)}")
+    if len({n for n, _ in sides}) != len(sides):
+        raise pytest.UsageError("--llmgate-ab: the two sides need different names")
+    return tuple(sides)

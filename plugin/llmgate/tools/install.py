@@ -1,0 +1,253 @@
+"""Engines that are not a pip install away, built locally and cached outside the repository.
+
+    python -m llmgate.install llama-server [--jobs N]
+
+llama-server: the sdist of ``llama-cpp-python`` (PyPI) carries the full llama.cpp source under
+``vendor/llama.cpp``.  Only the ``llama-server`` and ``llama-quantize`` targets are built, as a
+portable AVX2 build (no -march=native: CI machines differ), static, without the web UI
+download or OpenSSL.  The build lands in ``$LLMGATE_CACHE/llama.cpp/<sdist sha256[:16]>/``
+with ``llmgate-build.json`` recording the llama.cpp commit the sdist names; a second call
+with the same sdist does nothing.  About 8-10 minutes on 2 cores (seen 1,174 s on CI's 2 cores).
+
+With ``--cuda ARCH`` (e.g. 90 for an H200) the same source is built with ``-DGGML_CUDA=ON
+-DCMAKE_CUDA_ARCHITECTURES=ARCH`` into ``<key>-cuda<ARCH>/``; ``--cuda off`` is the CPU build.
+Ninja is used when it is on PATH.  ``--deadline-s S`` stops the build after S seconds and says
+so: run it again and Ninja goes on where it stopped (for machines whose commands are limited
+to 10 minutes).  ``--source`` takes the llama.cpp tree from a slim source pack made by
+
+    python -m llmgate.install llama-src OUT.tar.xz
+
+(the sdist's vendor/llama.cpp without its vocab models, docs, tests, examples and benches:
+the 77 MB sdist does not fit a 64 MiB carry; the pack names the sdist and llama.cpp commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+CMAKE_FLAGS = [
+    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+]
+TARGETS = ["llama-server", "llama-quantize"]
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LLMGATE_CACHE", Path.home() / ".cache" / "llmgate")) / "llama.cpp"
+
+
+def built_llama_server() -> Path | None:
+    """The newest llama-server built by this module, if any."""
+    root = cache_root()
+    found = sorted(root.glob("*/llmgate-build.json"), key=lambda p: p.stat().st_mtime)
+    for manifest in reversed(found):
+        binary = manifest.parent / "build" / "bin" / "llama-server"
+        if binary.is_file():
+            return binary
+    return None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+SRC_MANIFEST = "llmgate-src.json"
+# not needed to build llama-server / llama-quantize (CMake adds tests, examples and benches only when asked)
+SLIM_EXCLUDE = ("models", "docs", "tests", "examples", "benches", "media")
+
+
+class BuildIncomplete(RuntimeError):
+    """The build stopped at its deadline; running it again continues it."""
+
+
+def _sdist(log=print) -> Path:
+    root = cache_root()
+    downloads = root / "sdist"
+    downloads.mkdir(parents=True, exist_ok=True)
+    sdists = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
+    if not sdists:
+        log(f"downloading the {LLAMA_CPP_PYTHON} sdist (llama.cpp source) from the package index")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        "-d", str(downloads), LLAMA_CPP_PYTHON], check=True)
+        sdists = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
+    return sdists[-1]
+
+
+def _extract(archive: Path, into: Path) -> None:
+    """Unpack ``archive`` so that its one top-level folder becomes ``into``."""
+    shutil.rmtree(into, ignore_errors=True)
+    into.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=into.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        os.replace(next(tmp.iterdir()), into)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def source_tree(source: Path | None = None, log=print) -> tuple[Path, dict]:
+    """The llama.cpp source folder to build and what it is (sdist name, its sha256[:16] = the
+    build key, llama.cpp commit): from the sdist (downloaded once), or from a slim source pack."""
+    root = cache_root()
+    if source is None:
+        sdist = _sdist(log)
+        key = _sha256(sdist)[:16]
+        src = root / key / "src"
+        if not (src / "vendor" / "llama.cpp" / "CMakeLists.txt").is_file():
+            _extract(sdist, src)
+        head = src / ".git" / "modules" / "vendor" / "llama.cpp" / "HEAD"
+        return src / "vendor" / "llama.cpp", {"sdist": sdist.name, "sdist_sha256_16": key,
+                                               "llama_cpp_commit": head.read_text().strip() if head.is_file() else None}
+    source = Path(source)
+    if source.is_dir():
+        return source, json.loads((source / SRC_MANIFEST).read_text())
+    with tarfile.open(source) as tar:                       # a slim pack: its manifest first
+        member = next(m for m in tar.getmembers() if m.name.endswith("/" + SRC_MANIFEST))
+        info = json.loads(tar.extractfile(member).read())
+    src = root / info["sdist_sha256_16"] / "src-slim"
+    if not (src / "CMakeLists.txt").is_file():
+        log(f"unpacking {source} ({info['sdist']}, llama.cpp {info['llama_cpp_commit']})")
+        _extract(source, src)
+    return src, info
+
+
+def pack_source(out: Path, log=print) -> Path:
+    """A slim tar.xz of the sdist's llama.cpp source (see the module docstring)."""
+    llama, info = source_tree(log=log)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = Path(tmp) / SRC_MANIFEST
+        manifest.write_text(json.dumps(info, indent=2))
+        with tarfile.open(out, "w:xz", preset=6) as tar:
+            for p in sorted(llama.iterdir()):
+                if p.name not in SLIM_EXCLUDE:
+                    tar.add(p, arcname=f"llama.cpp/{p.name}")
+            tar.add(manifest, arcname=f"llama.cpp/{SRC_MANIFEST}")
+    log(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {info['sdist']}, llama.cpp {info['llama_cpp_commit']}")
+    return out
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; compilers of the group may linger a moment
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+def cmake_flags(cuda_arch: str | None, extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+    if not cuda_arch or cuda_arch == "off":
+        return [*CMAKE_FLAGS, *extra]
+    return [*CMAKE_FLAGS, "-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={cuda_arch}", *extra]
+
+
+def build_llama_server(jobs: int | None = None, log=print, cuda_arch: str | None = None,
+                       deadline_s: float | None = None, source: Path | None = None,
+                       cmake_args: list[str] | tuple[str, ...] = (), configure_only: bool = False) -> Path:
+    """Build llama-server and llama-quantize (see the module docstring); the binary's path.
+    Raises BuildIncomplete when ``deadline_s`` ran out first (run again to continue)."""
+    llama, info = source_tree(source, log)
+    cuda = cuda_arch if cuda_arch and cuda_arch != "off" else None
+    home = cache_root() / (info["sdist_sha256_16"] + (f"-cuda{cuda}" if cuda else ""))
+    manifest = home / "llmgate-build.json"
+    binary = home / "build" / "bin" / "llama-server"
+    if manifest.is_file() and binary.is_file():
+        log(f"llama-server already built: {binary}")
+        return binary
+    build = home / "build"
+    jobs = jobs or os.cpu_count() or 2
+    flags = cmake_flags(cuda, cmake_args)
+    generator = ["-G", "Ninja"] if shutil.which("ninja") and not (build / "Makefile").is_file() else []
+    spent_file = home / "llmgate-build-seconds"      # over every call that worked on this build
+    spent = float(spent_file.read_text()) if spent_file.is_file() else 0.0
+    t0 = time.monotonic()
+    log(f"building llama-server from {info['sdist']} (llama.cpp {info['llama_cpp_commit'] or 'commit unknown'}) "
+        f"with {jobs} jobs{f', CUDA architectures {cuda}' if cuda else ''}"
+        f"{f', {spent:.0f} s spent on it before' if spent else ''} …")
+    home.mkdir(parents=True, exist_ok=True)
+    if not (build / "CMakeCache.txt").is_file():
+        subprocess.run(["cmake", "-S", str(llama), "-B", str(build), *generator, *flags], check=True)
+    if configure_only:
+        log(f"configured {build} in {time.monotonic() - t0:.0f} s (not built: configure only)")
+        return build
+    left = None if deadline_s is None else max(1.0, deadline_s - (time.monotonic() - t0))
+    # its own process group: at the deadline the compilers and Ninja under CMake stop with it
+    proc = subprocess.Popen(["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)],
+                            start_new_session=True)
+    try:
+        if proc.wait(timeout=left):
+            raise subprocess.CalledProcessError(proc.returncode, proc.args)
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        spent += time.monotonic() - t0
+        spent_file.write_text(f"{spent:.1f}")
+        raise BuildIncomplete(f"the build stopped at its deadline ({deadline_s:.0f} s; {spent:.0f} s on it in all): "
+                              f"run the same command again, it continues where it stopped ({build})") from None
+    spent += time.monotonic() - t0
+    manifest.write_text(json.dumps({**info, "cmake_flags": flags, "generator": "Ninja" if generator or
+                                    (build / "build.ninja").is_file() else "default", "jobs": jobs,
+                                    "build_seconds": round(spent, 1)}, indent=2))
+    spent_file.unlink(missing_ok=True)
+    log(f"built {binary} in {spent:.0f} s ({time.monotonic() - t0:.0f} s in this call)")
+    return binary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llmgate.install", description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["llama-server", "llama-src"],
+                    help="llama-server: build it; llama-src: write the slim source pack to OUT")
+    ap.add_argument("out", nargs="?", help="llama-src: the .tar.xz to write")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--cuda", metavar="ARCH", default=None, help="CUDA architectures (90 for an H200); off: CPU")
+    ap.add_argument("--deadline-s", type=float, default=None, help="stop after this long; run again to continue")
+    ap.add_argument("--source", type=Path, default=None, help="a slim source pack (llama-src) or its folder")
+    ap.add_argument("--cmake-arg", action="append", default=[], help="one more CMake argument (repeatable)")
+    ap.add_argument("--configure-only", action="store_true", help="run CMake's configure step, build nothing")
+    a = ap.parse_args(argv)
+    if a.what == "llama-src":
+        if not a.out:
+            ap.error("llama-src needs OUT (the .tar.xz to write)")
+        pack_source(Path(a.out))
+        return 0
+    try:
+        print(build_llama_server(a.jobs, cuda_arch=a.cuda, deadline_s=a.deadline_s, source=a.source,
+                                 cmake_args=a.cmake_arg, configure_only=a.configure_only))
+    except BuildIncomplete as e:
+        print(f"llmgate.tools.install: {e}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
