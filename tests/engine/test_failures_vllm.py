@@ -20,21 +20,12 @@ from pathlib import Path
 
 import psutil
 
+import cpu_vllm
 from engine_procs import engine_processes
 
 pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).resolve().parent
-ENTRY = """
-[[matrix]]
-id = "{id}"
-engine = "vllm"
-model = "tiny"
-dtype = "float32"
-max_model_len = 1024
-kv_cache_bytes = 200_000_000
-env = {{ VLLM_ENABLE_V1_MULTIPROCESSING = "0" }}   # the worker inside EngineCore: one import fewer a boot (conftest.py)
-"""
 
 KILL_TESTS = """
 import os, signal, threading
@@ -61,9 +52,9 @@ def test_killed_engine_boot_timeout_missing_binary_and_busy_port(pytester):
     port = busy.getsockname()[1]
     try:
         pytester.makefile(".toml", llmgate="\n".join([
-            ENTRY.format(id="victim"),
-            ENTRY.format(id="survivor") + f"port = {port}\n",
-            ENTRY.format(id="slow") + "boot_timeout_s = 4\n",
+            cpu_vllm.entry("victim"),
+            cpu_vllm.entry("survivor") + f"port = {port}\n",
+            cpu_vllm.entry("slow") + "boot_timeout_s = 4\n",
             '[[matrix]]\nid = "no-binary"\nengine = "llamacpp"\nmodel = "tiny"\nlauncher = "/nonexistent/llama-server"\n',
         ]))
         pytester.makepyfile(test_kill=KILL_TESTS)
@@ -129,7 +120,7 @@ def test_api_key_faults_and_hung_stream(pytester, monkeypatch):
     secret = "llmgate-test-key-8c1f0e"
     monkeypatch.setenv("LLMGATE_API_KEY", secret)
     shutil.copy(HERE.parent / "support" / "delay_proxy.py", pytester.path / "delay_proxy.py")
-    pytester.makefile(".toml", llmgate=ENTRY.format(id="keyed"))
+    pytester.makefile(".toml", llmgate=cpu_vllm.entry("keyed"))
     pytester.makepyfile(test_proxy=PROXY_TESTS)
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--benchmark-save=keyed")
     out = r.stdout.str()
@@ -153,7 +144,7 @@ def test_api_key_faults_and_hung_stream(pytester, monkeypatch):
 
 
 def test_missing_model_path_stops_the_session_in_one_line(pytester):
-    pytester.makefile(".toml", llmgate=ENTRY.format(id="lost").replace('model = "tiny"', 'model = "/no/such/model"'))
+    pytester.makefile(".toml", llmgate=cpu_vllm.entry("lost", model="/no/such/model"))
     pytester.makepyfile("def test_x(llmgate_server):\n    pass\n")
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert r.ret == 4                                       # a usage error, before collection and any boot

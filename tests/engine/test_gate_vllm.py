@@ -10,21 +10,12 @@ from pathlib import Path
 
 import pytest
 
+import cpu_vllm
 from engine_procs import engine_processes
 
 pytest_plugins = ["pytester"]
 
 PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
-BASE_ENTRY = """
-[[matrix]]
-id = "cpu-vllm-tiny"
-engine = "vllm"
-model = "tiny"
-dtype = "float32"
-max_model_len = 1024
-kv_cache_bytes = 400_000_000
-env = { VLLM_ENABLE_V1_MULTIPROCESSING = "0" }   # the worker inside EngineCore: one import fewer a boot (conftest.py)
-"""
 SMALL = ["--llmgate-repeats", "4", "--llmgate-concurrency", "4", "-p", "no:cacheprovider", "-k", "not arrival"]
 
 
@@ -37,8 +28,7 @@ def gate_dir(pytester):
 def test_server_dying_at_boot_fails_with_log_tail_and_leaves_nothing(gate_dir):
     p = gate_dir
     # 16k tokens of context cannot fit a 20 MB KV cache (8 KiB per token in float32): vLLM refuses at boot
-    p.makefile(".toml", llmgate=BASE_ENTRY.replace("max_model_len = 1024", "max_model_len = 16384")
-               .replace("400_000_000", "20_000_000"))
+    p.makefile(".toml", llmgate=cpu_vllm.entry("cpu-vllm-tiny", max_model_len=16384, kv_cache_bytes=20_000_000))
     r = p.runpytest_subprocess(*SMALL)
     r.assert_outcomes(errors=1)
     out = r.stdout.str()

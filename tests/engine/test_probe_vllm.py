@@ -9,20 +9,12 @@ that serves is what ``vllm:cache_config_info`` gives: (blocks − 1) × block si
 """
 
 
+import cpu_vllm
 from llmgate.config import matrix
 from llmgate.levers import probe
 from llmgate.process.server import Server
 
-MATRIX = """
-[[matrix]]
-id = "cpu-probe"
-engine = "vllm"
-model = "tiny"
-dtype = "float32"
-max_model_len = 1024
-kv_cache_bytes = 48_000_000
-env = { VLLM_ENABLE_V1_MULTIPROCESSING = "0" }   # the worker inside EngineCore: one import fewer a boot (conftest.py)
-"""
+MATRIX = cpu_vllm.entry("cpu-probe", kv_cache_bytes=48_000_000)
 
 
 def test_the_length_one_request_can_hold_is_the_longest_served(tmp_path):

@@ -13,23 +13,21 @@ from pathlib import Path
 
 import pytest
 
+import cpu_vllm
+
 pytest_plugins = ["pytester"]
 
 PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
-ENTRY = """
+OTHER_MODEL = """
 [models.tiny-other]
 seed = 1
-
-[[matrix]]
-id = "cpu-vllm-q"
-engine = "vllm"
-model = "{model}"
-dtype = "float32"
-max_model_len = 1024
-kv_cache_bytes = 200_000_000
-env = {{ VLLM_ENABLE_V1_MULTIPROCESSING = "0" }}   # the worker inside EngineCore: one import fewer a boot (conftest.py)
-levers = ["quality"]
 """
+
+
+def entry(model: str) -> str:
+    return OTHER_MODEL + cpu_vllm.entry("cpu-vllm-q", model=model, extra='levers = ["quality"]\n')
+
+
 COMMON = ["-p", "no:cacheprovider", "--llmgate-hypothesis-examples", "8"]
 
 
@@ -42,11 +40,11 @@ def qdir(pytester):
 
 def test_greedy_outputs_of_another_model_fail_as_a_quality_change(qdir):
     p = qdir
-    p.makefile(".toml", llmgate=ENTRY.format(model="tiny"))
+    p.makefile(".toml", llmgate=entry("tiny"))
     r = p.runpytest_subprocess(*COMMON, "test_quality_determinism.py", "--benchmark-save=seed0")
     r.assert_outcomes(passed=1)
 
-    p.makefile(".toml", llmgate=ENTRY.format(model="tiny-other"))
+    p.makefile(".toml", llmgate=entry("tiny-other"))
     r = p.runpytest_subprocess(*COMMON, "test_quality_determinism.py", "--benchmark-compare", "--llmgate-allow-mismatch")
     r.assert_outcomes(failed=1)
     out = r.stdout.str()
@@ -61,7 +59,7 @@ def test_greedy_outputs_of_another_model_fail_as_a_quality_change(qdir):
 
 def test_server_booted_shorter_than_its_entry_fails_the_length_property(qdir):
     p = qdir
-    p.makefile(".toml", llmgate=ENTRY.format(model="tiny") + 'args = ["--max-model-len", "512"]\n')
+    p.makefile(".toml", llmgate=entry("tiny") + 'args = ["--max-model-len", "512"]\n')
     r = p.runpytest_subprocess(*COMMON, "test_quality_limits.py", "--hypothesis-seed=1")
     r.assert_outcomes(failed=1)
     out = r.stdout.str()
