@@ -23,6 +23,9 @@ import time
 
 import psutil
 
+# a wait status as Popen.returncode reads it; the watchdog holds it, as it runs as a file with the stdlib only
+from llmgate.process.watchdog import status_to_code
+
 PIDFD_INFO_EXIT = 1 << 3
 PIDFD_GET_INFO = 0xC040FF0B          # _IOWR(0xFF, 11, struct pidfd_info), 64 bytes (PIDFD_INFO_SIZE_VER0)
 SETTLED_S = 2.0                      # processes younger than this at readiness are helpers that may come and go
@@ -69,14 +72,6 @@ def title(p: psutil.Process) -> str:
     return t if len(t) <= 80 else t[:77] + "…"
 
 
-def _status_to_code(status: int) -> int:
-    if os.WIFSIGNALED(status):
-        return -os.WTERMSIG(status)
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status)
-    return status
-
-
 def pidfd_exit_code(pidfd: int) -> int | None:
     """The exit code of the process behind ``pidfd`` once it has ended and been reaped
     (Linux 6.15+); None where the kernel does not tell."""
@@ -90,7 +85,7 @@ def pidfd_exit_code(pidfd: int) -> int | None:
     if not mask & PIDFD_INFO_EXIT:
         return None
     status, = struct.unpack_from("i", buf, 60)
-    return _status_to_code(status)
+    return status_to_code(status)
 
 
 def zombie_exit_code(pid: int) -> int | None:
@@ -104,7 +99,7 @@ def zombie_exit_code(pid: int) -> int | None:
     if not fields or fields[0] != "Z" or len(fields) < 50:
         return None
     try:
-        return _status_to_code(int(fields[49]))        # field 52 of proc(5): exit_code
+        return status_to_code(int(fields[49]))        # field 52 of proc(5): exit_code
     except ValueError:
         return None
 
