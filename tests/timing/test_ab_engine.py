@@ -43,7 +43,10 @@ model = "tiny"
 max_model_len = 1024
 max_num_seqs = 4
 """
-MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s@c4": 0.10, "ttft_p95@c4": 0.25}
+# aggregate tok/s at c=4 moves more between llama.cpp boots than decode does: in a slow hour on 2 cores an
+# A/A of 5 boots a side read -10.7% (95% CI -20.1% … +0.7%, p = 0.028) and failed at 10% (CI, 2026-12-02);
+# the injected slowdown is asserted on decode (-35 … -45%), not on this
+MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s@c4": 0.25, "ttft_p95@c4": 0.25}
 DELAY_S = 0.003     # added to every decode step (3–10 ms here): decode tok/s falls by ~25–75%
 
 
