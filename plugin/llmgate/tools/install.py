@@ -8,6 +8,9 @@ portable AVX2 build (no -march=native: CI machines differ), static, without the 
 download or OpenSSL.  The build lands in ``$LLMGATE_CACHE/llama.cpp/<sdist sha256[:16]>/``
 with ``llmgate-build.json`` recording the llama.cpp commit the sdist names; a second call
 with the same sdist does nothing.  About 8-10 minutes on 2 cores (seen 1,174 s on CI's 2 cores).
+One build at a time: a second call waits for the first (a lock in the cache folder), and
+``wait_for_build`` lets whatever wants the machine to itself wait for a build in progress (CI
+builds in the background, at the lowest priority, while the tests that measure nothing run).
 
 With ``--cuda ARCH`` (e.g. 90 for an H200) the same source is built with ``-DGGML_CUDA=ON
 -DCMAKE_CUDA_ARCHITECTURES=ARCH`` into ``<key>-cuda<ARCH>/``; ``--cuda off`` is the CPU build.
@@ -24,6 +27,8 @@ the 77 MB sdist does not fit a 64 MiB carry; the pack names the sdist and llama.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -43,10 +48,54 @@ CMAKE_FLAGS = [
     "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
 ]
 TARGETS = ["llama-server", "llama-quantize"]
+LOCK = "build.lock"          # in cache_root(): held by the process that builds, its pid inside
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("LLMGATE_CACHE", Path.home() / ".cache" / "llmgate")) / "llama.cpp"
+
+
+def _lock_file() -> Path:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return root / LOCK
+
+
+@contextlib.contextmanager
+def _build_lock(log=print):
+    """Held while this process downloads, unpacks or builds: a second build waits for the first."""
+    with open(_lock_file(), "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            log(f"waiting for the llama.cpp build of pid {f.read().strip() or '?'} to finish …")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.truncate(0)
+
+
+def wait_for_build(log=print) -> float:
+    """Seconds spent waiting for a llama.cpp build in progress (``python -m llmgate.install``,
+    another process) to end; 0 when none runs.  Says once whose build it waits for."""
+    path = cache_root() / LOCK
+    if not path.is_file():
+        return 0.0
+    t0 = time.monotonic()
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return 0.0
+        except BlockingIOError:
+            log(f"waiting for the llama.cpp build of pid {f.read().strip() or '?'} to finish …")
+            fcntl.flock(f, fcntl.LOCK_SH)
+    return time.monotonic() - t0
 
 
 def built_llama_server() -> Path | None:
@@ -177,6 +226,11 @@ def build_llama_server(jobs: int | None = None, log=print, cuda_arch: str | None
                        cmake_args: list[str] | tuple[str, ...] = (), configure_only: bool = False) -> Path:
     """Build llama-server and llama-quantize (see the module docstring); the binary's path.
     Raises BuildIncomplete when ``deadline_s`` ran out first (run again to continue)."""
+    with _build_lock(log):
+        return _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only)
+
+
+def _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only) -> Path:
     llama, info = source_tree(source, log)
     cuda = cuda_arch if cuda_arch and cuda_arch != "off" else None
     home = cache_root() / (info["sdist_sha256_16"] + (f"-cuda{cuda}" if cuda else ""))
