@@ -256,9 +256,11 @@ def _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only)
         log(f"configured {build} in {time.monotonic() - t0:.0f} s (not built: configure only)")
         return build
     left = None if deadline_s is None else max(1.0, deadline_s - (time.monotonic() - t0))
-    # its own process group: at the deadline the compilers and Ninja under CMake stop with it
+    # its own process group: at the deadline the compilers and Ninja under CMake stop with it.  Not
+    # its own session: with Linux's scheduler autogroups a new session would get a share of the CPU
+    # of its own, whatever priority the caller runs at (.ci/run builds at the lowest)
     proc = subprocess.Popen(["cmake", "--build", str(build), "--target", *TARGETS, "-j", str(jobs)],
-                            start_new_session=True)
+                            process_group=0)
     try:
         if proc.wait(timeout=left):
             raise subprocess.CalledProcessError(proc.returncode, proc.args)
