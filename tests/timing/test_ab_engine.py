@@ -56,7 +56,7 @@ def through_proxy(handle):
     return dataclasses.replace(handle, base_url=url), proxy.stop
 
 
-def test_aa_passes_and_injected_slowdown_is_caught(tmp_path):
+def test_aa_passes_and_injected_slowdown_is_caught(tmp_path, llama_server_built):
     (tmp_path / "llmgate.toml").write_text(MATRIX)
     m = matrix.load(tmp_path / "llmgate.toml")
     cfg = m.entries[0]
