@@ -9,8 +9,8 @@ download or OpenSSL.  The build lands in ``$LLMGATE_CACHE/llama.cpp/<sdist sha25
 with ``llmgate-build.json`` recording the llama.cpp commit the sdist names; a second call
 with the same sdist does nothing.  About 8-10 minutes on 2 cores (seen 1,174 s on CI's 2 cores).
 One build at a time: a second call waits for the first (a lock in the cache folder), and
-``wait_for_build`` lets whatever wants the machine to itself wait for a build in progress (CI
-builds in the background, at the lowest priority, while the tests that measure nothing run).
+``wait_for_build`` lets what needs the binary wait for a build in progress (CI builds in the
+background at the lowest priority while the self-tests run; the one that runs llama-server waits).
 
 With ``--cuda ARCH`` (e.g. 90 for an H200) the same source is built with ``-DGGML_CUDA=ON
 -DCMAKE_CUDA_ARCHITECTURES=ARCH`` into ``<key>-cuda<ARCH>/``; ``--cuda off`` is the CPU build.
