@@ -1,6 +1,6 @@
 """One llama.cpp build at a time: while one process builds (a stand-in cmake that takes 2 s), a
 second ``build_llama_server`` waits for it and then finds the binary built, and ``wait_for_build``
-(what tests/timing calls before its first test) returns only once the build has ended, saying
+(what the self-test that runs llama-server calls first) returns only once the build has ended, saying
 whose build it waited for.  Without a build in progress it returns at once."""
 
 import json

@@ -61,6 +61,11 @@ def _lock_file() -> Path:
     return root / LOCK
 
 
+def _say_waiting(f, log) -> None:
+    f.seek(0)
+    log(f"waiting for the llama.cpp build of pid {f.read().strip() or '?'} to finish …")
+
+
 @contextlib.contextmanager
 def _build_lock(log=print):
     """Held while this process downloads, unpacks or builds: a second build waits for the first."""
@@ -68,8 +73,7 @@ def _build_lock(log=print):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            f.seek(0)
-            log(f"waiting for the llama.cpp build of pid {f.read().strip() or '?'} to finish …")
+            _say_waiting(f, log)
             fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         f.truncate()
@@ -93,7 +97,7 @@ def wait_for_build(log=print) -> float:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
             return 0.0
         except BlockingIOError:
-            log(f"waiting for the llama.cpp build of pid {f.read().strip() or '?'} to finish …")
+            _say_waiting(f, log)
             fcntl.flock(f, fcntl.LOCK_SH)
     return time.monotonic() - t0
 
