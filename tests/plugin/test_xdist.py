@@ -94,6 +94,35 @@ def test_entries_stay_on_one_worker_and_store_compare_and_report_per_run(pyteste
     assert rep["counts"]["unchanged"] == 4 and rep["counts"]["no baseline"] == 0, rep["counts"]
 
 
+REFERENCED = MATRIX + """
+[[matrix]]
+id = "third"
+reference = "first"
+
+[[matrix]]
+id = "fourth"
+reference = "third"
+"""
+
+
+def test_an_entry_runs_on_the_worker_of_its_reference(pytester):
+    """An entry with a ``reference`` is compared with what its reference measured in the same process
+    (the levers' speed-ups, a quantized entry against the full-precision one): a reference chain is one
+    unit of scheduling, and the entries outside it go to the other worker."""
+    pytester.makefile(".toml", llmgate=REFERENCED)
+    pytester.makepyfile(test_x=TESTS)
+    r, placed = run(pytester, {**SAME, "third": SAME["first"], "fourth": SAME["first"]}, "-n", "2")
+    r.assert_outcomes(passed=8)
+    assert all(len(w) == 1 for w in placed.values()), placed
+    assert placed["first"] == placed["third"] == placed["fourth"] != placed["second"], placed
+
+
+def test_reference_groups():
+    from llmgate.runner.distribution import reference_groups
+    assert reference_groups({"a": None, "b": "a", "c": None, "d": "b"}) == {"a": "a", "b": "a", "c": "c", "d": "a"}
+    assert reference_groups({"a": "b", "b": "a"}) == {"a": "b", "b": "a"}       # a cycle ends (the matrix refuses one)
+
+
 @pytest.mark.parametrize("nodeid, scope", [
     ("t.py::test_a[h200-12gb-bf16]", "llmgate-entry:h200-12gb-bf16"),
     ("t.py::test_a[h200-12gb]", "llmgate-entry:h200-12gb"),

@@ -81,12 +81,12 @@ def test_the_ci_script_dry_run_lists_its_steps_and_the_readme_commands_among_the
     assert r.returncode == 0, r.stderr
     rows = table(r.stdout)
     assert all(v[1] == "0" for k, v in rows.items() if k != "total")
-    # llama-server builds in the background from before the self-tests until it is waited for, before
-    # the steps that run it; the README's two commands are steps
+    # llama-server builds in the background from before the README's two commands (steps, in the
+    # README's order) until it is waited for, before the step that runs it
     order = list(rows)
     assert order[-1] == "total"
-    assert order.index("llama-server (started)") < order.index("selftest") < order.index("llama-server (waited for)") \
-        < order.index("gate") < order.index("gate (llama.cpp, MLX-LM)"), order
+    assert order.index("llama-server (started)") < order.index("gate") < order.index("selftest") \
+        < order.index("llama-server (waited for)") < order.index("gate (llama.cpp, MLX-LM)"), order
     assert "::: selftest: python3 -m tox -e selftest -- --durations=15" in r.stdout
     assert "::: gate: python3 -m tox -e gate" in r.stdout
     assert (tmp_path / "summary.md").read_text().count("\n| ") == 1 + len(rows)     # the header, a row each

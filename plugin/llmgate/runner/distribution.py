@@ -53,14 +53,37 @@ def pytest_configure_node(node) -> None:
         node.workerinput["llmgate_gpus"] = ",".join(str(i) for i in device.worker_share(visible, k, n))
 
 
-def entry_scheduling(config: pytest.Config, log, entry_ids: list[str]):
+def entry_scheduling(config: pytest.Config, log, entry_ids: list[str], groups: dict[str, str] | None = None):
     """(controller, pytest-xdist) A scheduler that sends every test of one matrix entry to the same
     worker, in order, so each server boots once; the entries spread over the workers (one per GPU
-    share).  The hook that asks for it is in ``llmgate.plugin`` (it knows the session's matrix)."""
+    share).  ``groups`` maps an entry to the entry whose worker it must share: an entry with a
+    ``reference`` is compared with figures its reference measured in the same process, so a
+    reference chain is one unit of scheduling (``reference_groups``).  The hook that asks for it is
+    in ``llmgate.plugin`` (it knows the session's matrix)."""
     from xdist.scheduler import LoadScopeScheduling
+
+    groups = groups or {}
+    prefix = "llmgate-entry:"
 
     class EntryScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return entry_scope(nodeid, entry_ids)
+            scope = entry_scope(nodeid, entry_ids)
+            if scope.startswith(prefix):
+                cid = scope[len(prefix):]
+                return prefix + groups.get(cid, cid)
+            return scope
 
     return EntryScheduling(config, log)
+
+
+def reference_groups(references: dict[str, str | None]) -> dict[str, str]:
+    """Each entry → the first entry of its reference chain (``reference`` → its ``reference`` …),
+    given each entry's ``reference`` (None for none)."""
+    groups = {}
+    for cid in references:
+        root, seen = cid, {cid}
+        while references.get(root) and references[root] not in seen:
+            root = references[root]
+            seen.add(root)
+        groups[cid] = root
+    return groups

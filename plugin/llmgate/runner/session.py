@@ -97,12 +97,15 @@ class GateSession:
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
         """(controller, pytest-xdist) Every test of one matrix entry goes to the same worker, in
-        order, so each server boots once; the entries spread over the workers (one per GPU share)."""
+        order, so each server boots once, and an entry goes where its reference goes (it is compared
+        with what its reference measured in that process); the rest spread over the workers (one
+        per GPU share)."""
         try:
-            ids = [e.id for e in self.matrix.entries]
+            entries = self.matrix.entries
         except MatrixError:
             return None
-        return xdist.entry_scheduling(config, log, ids)
+        groups = xdist.reference_groups({e.id: e.reference for e in entries})
+        return xdist.entry_scheduling(config, log, [e.id for e in entries], groups)
 
     def load_matrix_file(self) -> Matrix:
         """(pytest_sessionstart) Read and check the matrix file, before anything is collected or
