@@ -75,7 +75,12 @@ from llmgate.load import workloads as load
 from llmgate.core import metrics
 
 def _kill_core_once_streaming(h):
-    while h.log_path.read_text(errors="replace").count("POST /v1/completions") < 1:
+    # once a request streams and the outer test has seen the engine's processes ("go"), never
+    # on a timer: on a fast machine a fixed wait ran out before the outer test looked
+    deadline = time.monotonic() + 300
+    while h.log_path.read_text(errors="replace").count("POST /v1/completions") < 1 or not Path("go").exists():
+        if time.monotonic() > deadline:
+            return
         time.sleep(0.05)
     time.sleep(1.0)
     core = [p for p in psutil.Process(h.pid).children(recursive=True) if "EngineCore" in " ".join(p.cmdline())][0]
@@ -292,6 +297,7 @@ def test_stale_record_is_swept_and_a_dead_engine_core_explains_itself(pytester):
             wait_for_log(pytester, p, "GET /version")   # ready; the test kills EngineCore once it streams
             procs = run_processes(pytester, run)
             assert {"api_server", "VLLM::EngineCore", "VLLM::Worker"} <= engine_tree(procs), procs
+            (pytester.path / "go").touch()              # seen: now the session may kill EngineCore
             rc = wait_or_show(pytester, p, 600)
         finally:
             p.kill()
