@@ -333,6 +333,31 @@ class Gate:
         ref = self.session.matrix.by_id(cfg.reference)
         return ref, self.session.lever_results.get((lever, ref.id))
 
+    def versus_reference_engine(self, values: list[float], variant: str) -> Verdict | None:
+        """The seed's engine comparison as a same-session ratio: this boot's aggregate tok/s ``values``
+        (``variant``: c8) ÷ the median over the boots of this entry's reference, where the reference is
+        another engine measured earlier in this session (same model and budget: the matrix says so).
+        Every entry's values are kept for the entries that take it as their reference."""
+        cfg = self._config_entry
+        if cfg is None:
+            return None
+        mb = self._measurement_boot()
+        kept = self.session.lever_results.setdefault(("engines", cfg.id), {}).setdefault(variant, {})
+        kept[mb[0] if mb else 1] = [float(v) for v in values]
+        if cfg.reference is None:
+            return None
+        ref = self.session.matrix.by_id(cfg.reference)
+        if ref.engine == cfg.engine:
+            return None
+        theirs = self.session.lever_results.get(("engines", ref.id), {}).get(variant)
+        if not theirs:
+            self.note(f"aggregate tok/s @{variant} ÷ {ref.id}'s ({ref.engine}): not measured, as {ref.id} was not "
+                      f"measured at {variant} earlier in this session")
+            return None
+        base = median([median(v) for v in theirs.values()])
+        return self.record(metrics.ENGINE_RATIO, [v / base for v in values], variant, reference=ref.id,
+                           reference_engine=ref.engine, reference_boot_medians=[median(v) for v in theirs.values()])
+
     def _fingerprint(self) -> dict[str, Any]:
         cfg = self._config_entry
         server = self.session.servers.get(cfg.id) if cfg else None

@@ -6,7 +6,9 @@ Aggregate tok/s counts the tokens emitted inside the window; latency percentiles
 requests that lived inside it.  And the same load as users make it: Poisson arrivals at
 `[scenarios] arrival_rate` requests/s (like `vllm bench serve --request-rate`), where TTFT is
 what a user waits.  Both measured on each of the entry's boots, with the engine's own timers over
-the same window beside the client's figures (``gate.record_engine_parts``)."""
+the same window beside the client's figures (``gate.record_engine_parts``).  An entry whose
+``reference`` is another engine (the seed's vLLM-vs-SGLang comparison, `matrices/gpu-engines-1gpu.toml`)
+also gets its aggregate tok/s ÷ the reference's, measured in the same session (`engine_vs_reference`)."""
 
 import llmgate
 from llmgate import device, metrics
@@ -32,8 +34,9 @@ def test_concurrency(gate):
     n = gate.settings.concurrency
     variant = f"c{n}"
     result, info = _measure(gate, variant, n)
-    gate.record(metrics.AGGREGATE_TOK_S, gate.repeat_values(result, "aggregate_tok_s"), variant, raw=result.raw(),
-                **info)
+    aggregate = gate.repeat_values(result, "aggregate_tok_s")
+    gate.record(metrics.AGGREGATE_TOK_S, aggregate, variant, raw=result.raw(), **info)
+    gate.versus_reference_engine(aggregate, variant)      # an entry whose reference is another engine
     parts = gate.record_engine_parts(result, variant)
     gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, parts=parts)
     gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant, parts=parts)
