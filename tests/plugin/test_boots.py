@@ -4,7 +4,7 @@ model, and judged on boot values with the MDE beside the change."""
 
 import json
 
-import pytest
+import boot_runs
 
 pytest_plugins = ["pytester"]
 
@@ -36,11 +36,7 @@ def test_once(llmgate_config):
 
 
 def run(pytester, values, *args):
-    pytester.makefile(".toml", llmgate=ENTRIES)
-    pytester.makepyfile(test_rec=PER_BOOT_TEST)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VALUES", json.dumps(values))
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    return boot_runs.run(pytester, ENTRIES, PER_BOOT_TEST, values, *args)
 
 
 def boots(level, spread=(1.0, 1.004, 0.996)):

@@ -5,6 +5,7 @@ that has none, records no such ratio."""
 
 import json
 
+import boot_runs
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -45,11 +46,7 @@ def gate_metrics():
 
 
 def run(pytester, values, *args):
-    pytester.makefile(".toml", llmgate=ENTRIES)
-    pytester.makepyfile(test_rec=PER_BOOT_TEST)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VALUES", json.dumps(values))
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args)
+    return boot_runs.run(pytester, ENTRIES, PER_BOOT_TEST, values, *args)
 
 
 def boots(level, spread=(1.0, 1.01, 0.99)):
