@@ -69,11 +69,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="compare with a baseline recorded on another device, model or configuration "
                      "(refused otherwise), with a warning")
     g.addoption("--llmgate-ab", action="append", default=[], metavar="NAME=LAUNCHER",
-                help="A/B mode (tests marked `ab`): two engine environments, e.g. --llmgate-ab A=/opt/pinned/bin/python "
-                     "--llmgate-ab B=/opt/nightly/bin/python (an interpreter for Python engines, a binary for "
-                     "llama-server); booted alternately A B A B …, B judged against A")
-    g.addoption("--llmgate-ab-rounds", type=int, default=4, metavar="N",
-                help="boots per side in A/B mode (default 4: the fewest for which the rank test can reach p<0.05)")
+                help="A/B mode, a same-session comparison: two engine environments, e.g. --llmgate-ab "
+                     "A=/opt/pinned/bin/python --llmgate-ab B=/opt/nightly/bin/python (an interpreter for Python "
+                     "engines, a binary for llama-server).  Every scenario that measures boots runs on K boots a "
+                     "side (--llmgate-boots), booted alternately A B A B …, and B is judged against A's boots of "
+                     "this session, not against a stored baseline")
     g.addoption("--llmgate-determinism", choices=["fail", "warn"], default="fail",
                 help="a greedy output that changed against the baseline fails the test (default) or only warns")
     g.addoption("--llmgate-hypothesis-examples", type=int, default=20, metavar="N",
@@ -161,9 +161,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(error, pytrace=False)     # outside the except: no "During handling of …" chain
     per_boot = metafunc.definition.get_closest_marker("boots") is not None
     if per_boot:
-        params = [pytest.param(cfg, k, id=cfg.id if session.boots_for(cfg) == 1 else f"{cfg.id}-boot{k}",
-                               marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
-                  for cfg in entries for k in range(1, session.boots_for(cfg) + 1)]
+        def boot_id(cfg: ServerConfig, k: int) -> str:
+            side = session.side_of(k)
+            if side is not None:                  # A/B mode: ENTRY-bootK.SIDE (store.baseline.stored_key)
+                return f"{cfg.id}-boot{k}.{side[0]}"
+            return cfg.id if session.measurement_boots(cfg) == 1 else f"{cfg.id}-boot{k}"
+
+        params = [pytest.param(cfg, k, id=boot_id(cfg, k), marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
+                  for cfg in entries for k in range(1, session.measurement_boots(cfg) + 1)]
         metafunc.parametrize(("llmgate_config", "llmgate_boot"), params, scope="session")
         return
     params = [pytest.param(cfg, id=cfg.id, marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])

@@ -43,3 +43,16 @@ def assumed(device: str | None, metric: Metric) -> tuple[Noise, str] | None:
     cv = float(dev["metrics"].get(metric.name, dev["cv"]))
     noise = Noise(between=math.log1p(cv) ** 2, df=int(dev["df"]), within=None, within_df=0, repeats=1.0)
     return noise, f"llmgate's prior for a {device} entry, between-boot CV {cv:.0%}"
+
+
+def machine_offset(device: str | None, metric: Metric) -> tuple[float, str] | None:
+    """(the log-scale variance, in words) of the offset between two machines of ``device``'s kind for
+    ``metric``: what a comparison with a stored baseline from another machine cannot tell from a
+    change, however many boots; None where no offset is known (quality figures, an unknown device)."""
+    if device is None:
+        return None
+    kind = table().get("machine_offset", {}).get(device)
+    if not kind or metric.unit not in kind:
+        return None
+    cv = float(kind[metric.unit])
+    return math.log1p(cv) ** 2, f"machine offset (baseline from another machine: CV {cv:.0%} assumed, llmgate's prior)"

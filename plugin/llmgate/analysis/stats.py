@@ -141,6 +141,11 @@ class Noise:
     within: float | None
     within_df: int
     repeats: float
+    # the sampling part, where a boot's value is one statistic over its requests (a latency scenario's
+    # median or p95 over hundreds of requests): the log-scale variance of that statistic from resampling
+    # the boot's requests (``sampling_log_var``), averaged over the boots; and the requests a boot held
+    sampling: float | None = None
+    requests: float = 0.0
 
     @property
     def between_cv(self) -> float | None:
@@ -151,17 +156,28 @@ class Noise:
         return None if self.within is None else math.sqrt(self.within)
 
     @property
+    def sampling_cv(self) -> float | None:
+        """The sampling part: how far a boot's value moves from the requests it happened to draw."""
+        return None if self.sampling is None else math.sqrt(self.sampling)
+
+    @property
+    def value_var(self) -> float:
+        """What one boot's value is known to within, from inside the boot: its requests' sampling
+        variance, or its repeats' variance ÷ repeats (the larger where both are known)."""
+        return max(self.sampling or 0.0, (self.within or 0.0) / max(self.repeats, 1.0))
+
+    @property
     def boot_cv(self) -> float | None:
-        """Boot-to-boot variation beyond what the repeats of one boot explain (σ_B)."""
+        """Boot-to-boot variation beyond what one boot's own sampling explains (σ_B): the boot part."""
         if self.between is None:
             return None
-        w = (self.within or 0.0) / max(self.repeats, 1.0)
-        return math.sqrt(max(self.between - w, 0.0))
+        return math.sqrt(max(self.between - self.value_var, 0.0))
 
     def as_dict(self) -> dict[str, Any]:
         return {"between_log_var": self.between, "df": self.df, "within_log_var": self.within,
                 "within_df": self.within_df, "repeats": self.repeats, "between_cv": self.between_cv,
-                "within_cv": self.within_cv, "boot_cv": self.boot_cv}
+                "within_cv": self.within_cv, "boot_cv": self.boot_cv, "sampling_log_var": self.sampling,
+                "sampling_cv": self.sampling_cv, "requests": self.requests}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> Noise | None:
@@ -169,13 +185,19 @@ class Noise:
             return None
         try:
             return cls(d.get("between_log_var"), int(d.get("df") or 0), d.get("within_log_var"),
-                       int(d.get("within_df") or 0), float(d.get("repeats") or 1))
+                       int(d.get("within_df") or 0), float(d.get("repeats") or 1), d.get("sampling_log_var"),
+                       float(d.get("requests") or 0.0))
         except (TypeError, ValueError):
             return None
 
     @classmethod
-    def of(cls, boots: Sequence[Sequence[float]]) -> Noise:
-        """The noise of one run's boots (each a list of repeat values)."""
+    def of(cls, boots: Sequence[Sequence[float]], sampling: Sequence[float | None] | None = None,
+           requests: Sequence[float] | None = None) -> Noise:
+        """The noise of one run's boots (each a list of repeat values), with, where the scenario gave
+        them, each boot's sampling variance (log scale) and request count."""
+        known = [float(x) for x in (sampling or ()) if x is not None]
+        samp = sum(known) / len(known) if known else None
+        reqs = sum(requests) / len(requests) if requests else 0.0
         boots = [list(b) for b in boots if b]
         vals = [median(b) for b in boots]
         between = log_var(vals) if len(vals) >= 2 else None
@@ -186,7 +208,8 @@ class Noise:
                 ss += v * (len(b) - 1)
                 dfw += len(b) - 1
         reps = sum(len(b) for b in boots) / len(boots) if boots else 1.0
-        return cls(between, len(vals) - 1 if between is not None else 0, ss / dfw if dfw else None, dfw, reps)
+        return cls(between, len(vals) - 1 if between is not None else 0, ss / dfw if dfw else None, dfw, reps,
+                   samp, reqs)
 
     def pooled(self, other: Noise | None) -> Noise:
         """Both estimates together, weighted by their degrees of freedom."""
@@ -201,4 +224,45 @@ class Noise:
         between, df = pool(self.between, self.df, other.between, other.df)
         within, wdf = pool(self.within, self.within_df, other.within, other.within_df)
         reps = (self.repeats + other.repeats) / 2
-        return Noise(between, df, within, wdf, reps)
+        known = [x for x in (self.sampling, other.sampling) if x is not None]
+        reqs = [x for x in (self.requests, other.requests) if x]
+        return Noise(between, df, within, wdf, reps, sum(known) / len(known) if known else None,
+                     sum(reqs) / len(reqs) if reqs else 0.0)
+
+
+# -- the sampling part: what a statistic over one boot's requests is known to ------------------
+def sampling_log_var(values: Sequence[float], statistic: str | float = "median", resamples: int = 1000,
+                     seed: int | str = 0) -> float | None:
+    """The log-scale variance of ``statistic`` ("mean", "median", or a percentile 0..100) of
+    ``values`` (one boot's requests) under resampling of those requests (a seeded bootstrap: the
+    same values always give the same figure) — the sampling part of that boot value's noise, its
+    relative standard error squared.  A resampled statistic that never moves (every request alike)
+    is floored at one request's share of the spread, so that a tie is not a zero variance.  None
+    for fewer than 2 positive values."""
+    import numpy as np
+
+    xs = np.asarray([v for v in values if v > 0], dtype=float)
+    if xs.size < 2:
+        return None
+    import zlib
+
+    rng = np.random.default_rng(seed if isinstance(seed, int) else zlib.crc32(str(seed).encode()))
+    draws = rng.choice(xs, (resamples, xs.size))
+    if statistic == "mean":
+        stat = draws.mean(axis=1)
+    else:
+        q = 50.0 if statistic == "median" else float(statistic)
+        stat = np.percentile(draws, q, axis=1)
+    logs = np.log(stat[stat > 0])
+    var = float(logs.var(ddof=1)) if logs.size > 1 else 0.0
+    floor = (float(np.log(xs).std(ddof=1)) / xs.size) ** 2
+    return max(var, floor)
+
+
+def fraction_log_var(hits: int, n: int) -> float | None:
+    """The log-scale sampling variance of a share ``hits / n`` (binomial, with a half request added to
+    each count so that 0 and n are not exact): the sampling part of a goodput figure."""
+    if n < 1:
+        return None
+    p = (hits + 0.5) / (n + 1.0)
+    return (1.0 - p) / (p * (n + 1.0))

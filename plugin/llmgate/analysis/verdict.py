@@ -64,6 +64,12 @@ class Verdict:
     mde_lower_bound: bool = False
     # the baseline is the other side of this run's A/B comparison, not a stored run
     baseline_in_run: bool = False
+    # what the comparison rests on: "same session" (the baseline's boots were measured in this
+    # session, alternating with these) or "stored" (a baseline of an earlier run); "" before compared
+    comparison: str = ""
+    # a stored baseline from another machine: the between-machine offset the MDE includes, in words
+    # ("machine offset CV 15% (assumed: …)"); "" when the baseline is from this machine or this session
+    machine_offset: str = ""
 
     @property
     def failed(self) -> bool:
@@ -80,6 +86,8 @@ class Verdict:
         sizes = (f"{nb} boot{'s' * (nb != 1)}", f"{nn} boot{'s' * (nn != 1)}") if nb and nn else \
             (f"n={self.baseline.n}", f"n={self.now.n}")
         sig = f"{self.method}, p={self.p_value:.3g}" if self.p_value is not None else self.method
+        if self.comparison:
+            sig += f"; compared {self.comparison}"
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
                 f"({sizes[0]}) → now {m.display(self.now.median)} ({sizes[1]}), change {self.change:+.1%}{ci} "
@@ -106,7 +114,8 @@ class Verdict:
             "boot_values": list(self.boot_values), "baseline_boot_values": list(self.baseline_boot_values),
             "noise": self.noise.as_dict() if self.noise is not None else None, "regime": self.regime,
             "noise_assumed": self.noise_assumed, "mde_lower_bound": self.mde_lower_bound,
-            "baseline_in_run": self.baseline_in_run,
+            "baseline_in_run": self.baseline_in_run, "comparison": self.comparison,
+            "machine_offset": self.machine_offset,
         }
 
     @classmethod
@@ -132,7 +141,8 @@ class Verdict:
                    (int(boots.get("baseline") or 0), int(boots.get("now") or 0)),
                    tuple(d.get("boot_values") or ()), tuple(d.get("baseline_boot_values") or ()),
                    Noise.from_dict(d.get("noise")), d.get("regime") or "", d.get("noise_assumed") or "",
-                   bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")))
+                   bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")), d.get("comparison") or "",
+                   d.get("machine_offset") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
@@ -141,6 +151,8 @@ class Verdict:
         out = f"MDE {self.mde:.1%}"
         if self.mde_basis and not self.mde_basis.startswith(("boots", "pairs", "against")):
             out += f", {self.mde_basis}"
+        if self.machine_offset:
+            out += f", includes the {self.machine_offset}"
         if self.mde > self.min_effect:
             out += " > min effect" + (f": {self.boots_needed} boots a side would reach it" if self.boots_needed
                                       else ": more boots would not reach it" if self.mde_basis.startswith("boots")
@@ -281,8 +293,11 @@ def _t(q: float, df: float) -> float:
     return float(t.ppf(q, df))
 
 
-def _mde_log(var: float, df: float, n_now: float, n_base: float, alpha: float) -> float:
-    return (_t(1 - alpha, df) + _t(POWER, df)) * math.sqrt(var * (1 / n_now + 1 / n_base))
+def _mde_log(var: float, df: float, n_now: float, n_base: float, alpha: float, offset: float = 0.0) -> float:
+    """The smallest worsening (log scale) a one-sided t-test at ``alpha`` finds with 80% power: boot
+    values of variance ``var``, ``n_now`` and ``n_base`` a side, plus a fixed ``offset`` variance that
+    no number of boots averages away (a baseline from another machine: the machines' offset)."""
+    return (_t(1 - alpha, df) + _t(POWER, df)) * math.sqrt(var * (1 / n_now + 1 / n_base) + offset)
 
 
 def _rel(metric: Metric, log_effect: float) -> float:
@@ -290,13 +305,15 @@ def _rel(metric: Metric, log_effect: float) -> float:
     return math.expm1(log_effect) if metric.better == "lower" else -math.expm1(-log_effect)
 
 
-def boots_needed(metric: Metric, var: float, df: int, n_base: int, min_effect: float, alpha: float) -> int | None:
-    """Boots a side (the baseline re-recorded with as many) for the MDE to reach ``min_effect``."""
+def boots_needed(metric: Metric, var: float, df: int, n_base: int, min_effect: float, alpha: float,
+                 offset: float = 0.0) -> int | None:
+    """Boots a side (the baseline re-recorded with as many) for the MDE to reach ``min_effect``
+    (None when no number up to MAX_BOOTS_ADVISED does: a machine ``offset`` is not averaged away)."""
     if min_effect <= 0 or var <= 0:
         return None
     for k in range(2, MAX_BOOTS_ADVISED + 1):
         dfk = max(df, 2 * (k - 1))
-        if _rel(metric, _mde_log(var, dfk, k, k, alpha)) <= min_effect:
+        if _rel(metric, _mde_log(var, dfk, k, k, alpha, offset)) <= min_effect:
             return k
     return None
 
@@ -304,7 +321,10 @@ def boots_needed(metric: Metric, var: float, df: int, n_base: int, min_effect: f
 def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Sequence[float]],
                 base_boots: Sequence[Sequence[float]] | None, min_effect: float | None = None,
                 alpha: float = DEFAULT_ALPHA, baseline_source: str | None = None,
-                prior: Noise | None = None, assumed: tuple[Noise, str] | None = None) -> Verdict:
+                prior: Noise | None = None, assumed: tuple[Noise, str] | None = None,
+                now_sampling: Sequence[float | None] | None = None, now_requests: Sequence[float] | None = None,
+                base_sampling: Sequence[float | None] | None = None, base_requests: Sequence[float] | None = None,
+                offset: tuple[float, str] | None = None, comparison: str = "") -> Verdict:
     """Judge one metric with the boot as the unit.
 
     Each boot's value is the median of its repeats.  When the boot-to-boot variance can be
@@ -316,12 +336,18 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     device and metric, and where it comes from: ``noise_prior.assumed``) stands in for it, so that
     a move one boot's size can explain is not called a change, and the verdict says the noise was
     assumed; without it the repeats decide (Mann–Whitney, as ``judge``) and the MDE from their
-    spread is a lower bound, said so."""
+    spread is a lower bound, said so.
+
+    ``now_sampling`` / ``base_sampling``: each boot's sampling variance (log scale), where a boot's
+    value is one statistic over its requests (``stats.sampling_log_var``): the sampling part of the
+    noise, beside the boot part the boots' spread adds (``Noise.boot_cv``).  ``offset``: (a log-scale
+    variance, its description) of a stored baseline from another machine, added to the comparison's
+    variance whatever the boots (``machine_offset``).  ``comparison``: "same session" or "stored"."""
     eff = metric.min_effect if min_effect is None else min_effect
     now_boots = [list(map(float, b)) for b in now_boots if b]
     flat_now = [v for b in now_boots for v in b]
     now_vals = [median(b) for b in now_boots]
-    noise_now = Noise.of(now_boots)
+    noise_now = Noise.of(now_boots, now_sampling, now_requests)
     if not base_boots:
         v = judge(metric, key, config_id, now_vals if len(now_vals) > 1 else flat_now, None, eff, alpha,
                   baseline_source)
@@ -330,13 +356,13 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
         if noise_now.between is not None and noise_now.df >= 1 and min(now_vals) > 0:
             # what a comparison with a baseline like this run would see: the figure to read
             # before saving it as one
-            var = max(noise_now.between, (noise_now.within or 0.0) / max(noise_now.repeats, 1.0), 1e-12)
+            var = max(noise_now.between, noise_now.value_var, 1e-12)
             k = len(now_vals)
             mde = _rel(metric, _mde_log(var, max(noise_now.df, 2 * (k - 1)), k, k, alpha))
             basis = f"against a baseline like this run ({k} boots)"
             need = boots_needed(metric, var, noise_now.df, k, eff, alpha) if mde > eff else None
         elif assumed is not None and assumed[0].between is not None and now_vals and min(now_vals) > 0:
-            var = max(assumed[0].between, (noise_now.within or 0.0) / max(noise_now.repeats, 1.0), 1e-12)
+            var = max(assumed[0].between, noise_now.value_var, 1e-12)
             k = len(now_vals)
             mde = _rel(metric, _mde_log(var, max(assumed[0].df, 1), k, k, alpha))
             basis = f"against a baseline like this run ({k} boot{'s' * (k != 1)}), between-boot noise assumed"
@@ -349,15 +375,17 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     base_boots = [list(map(float, b)) for b in base_boots if b]
     flat_base = [v for b in base_boots for v in b]
     base_vals = [median(b) for b in base_boots]
-    noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots))
+    noise = noise_now.pooled(prior if prior is not None else Noise.of(base_boots, base_sampling, base_requests))
     source = ""
     if (noise.between is None or noise.df < 1) and assumed is not None and assumed[0].between is not None:
         # one boot a side and no stored noise model: the between-boot noise no boot measured is
         # assumed, conservatively, for this device and metric (the repeats still set a floor)
         noise = dataclasses.replace(noise, between=assumed[0].between, df=max(assumed[0].df, 1))
         source = assumed[1]
+    off_var, off_text = offset if offset is not None else (0.0, "")
     common: dict[str, Any] = dict(samples=tuple(flat_now), baseline_samples=tuple(flat_base), boots=(len(base_vals), len(now_vals)),
-                  boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise)
+                  boot_values=tuple(now_vals), baseline_boot_values=tuple(base_vals), noise=noise,
+                  comparison=comparison, machine_offset=off_text)
     if noise.between is None or noise.df < 1 or min(now_vals + base_vals) <= 0:
         v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)
         mde = None
@@ -374,8 +402,8 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     lb = [math.log(x) for x in base_vals]
     diff = sum(ln) / len(ln) - sum(lb) / len(lb)          # log of now ÷ baseline
     # a boot's value is no more precise than its repeats say (boot medians that tie are not a zero variance)
-    var = max(noise.between, (noise.within or 0.0) / max(noise.repeats, 1.0), 1e-12)
-    se = math.sqrt(var * (1 / len(ln) + 1 / len(lb)))
+    var = max(noise.between, noise.value_var, 1e-12)
+    se = math.sqrt(var * (1 / len(ln) + 1 / len(lb)) + off_var)
     worse_log = diff if metric.better == "lower" else -diff
     from scipy.stats import t as t_dist
 
@@ -384,8 +412,8 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     worse = metric.worse_change(1.0, math.exp(diff))
     half = _t(0.975, noise.df) * se
     ci = (math.expm1(diff - half), math.expm1(diff + half))
-    mde = _rel(metric, _mde_log(var, noise.df, len(ln), len(lb), alpha))
-    need = boots_needed(metric, var, noise.df, len(lb), eff, alpha) if mde > eff else None
+    mde = _rel(metric, _mde_log(var, noise.df, len(ln), len(lb), alpha, off_var))
+    need = boots_needed(metric, var, noise.df, len(lb), eff, alpha, off_var) if mde > eff else None
     s_now, s_base = Summary.of(now_vals), Summary.of(base_vals)
     # an A/A run on the H200 gave TTFT at c=8 −12% over boots that spread ±30%: not an improvement
     p_better = float(t_dist.cdf(worse_log / se, noise.df))
@@ -394,7 +422,9 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     src = ("this run and the baseline's boots" if prior is None else "this run's boots and the baseline's noise model")
     if source:
         src = f"assumed: {source}"
-    method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%} (df {noise.df}, {src})")
+    parts = (f"; sampling {noise.sampling_cv:.2%} + boot {noise.boot_cv or 0.0:.2%}"
+             if noise.sampling is not None else "")
+    method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%}{parts} (df {noise.df}, {src})")
     basis = f"boots ({len(lb)} vs {len(ln)})" + (", between-boot noise assumed" if source else "")
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
                    ci=ci, mde=mde, mde_basis=basis, boots_needed=need, noise_assumed=source, **common)

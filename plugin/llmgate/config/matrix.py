@@ -71,6 +71,38 @@ class Scenarios:
     # with it TTFT and ITL p95, depended on how a boot's streams happened to merge; mixed lengths
     # keep them mixing, and the window averages over that.  0: every request the same length.
     output_spread: float = 0.5
+    # the latency lever (scenarios/test_latency.py).  TTFT at c=1: at each prompt length, requests of
+    # latency_output_tokens, one at a time, until the sampling error (relative standard error) of the
+    # boot's TTFT mean and median is at most latency_rel_error, between latency_min_requests and
+    # latency_max_requests and at most latency_max_s (None: the device's default, LATENCY_DEFAULTS)
+    latency_prompt_tokens: tuple[int, ...] = (128, 2048)
+    latency_output_tokens: int = 4
+    latency_rel_error: float = 0.01
+    latency_min_requests: int | None = None
+    latency_max_requests: int | None = None
+    latency_max_s: float | None = None
+    # open-loop Poisson arrivals at these percentages of the entry's capacity (completed requests a
+    # second of a closed loop at --llmgate-concurrency with the same requests, measured once a session,
+    # or the compared baseline's recorded rates), poisson_requests a window (at most poisson_max_s)
+    poisson_load_percent: tuple[int, ...] = (30, 70)
+    poisson_prompt_tokens: int = 128
+    poisson_output_tokens: int = 64
+    poisson_requests: int | None = None
+    poisson_max_s: float | None = None
+    # goodput: requests a second that meet both targets (an entry's `goodput` table overrides them)
+    goodput_ttft_ms: float | None = None
+    goodput_tpot_ms: float | None = None
+
+    def latency(self, device: str) -> dict[str, float]:
+        """The latency lever's sizes for ``device``: the matrix's values, else LATENCY_DEFAULTS."""
+        return {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in LATENCY_DEFAULTS[device].items()}
+
+    def goodput_targets(self, cfg: ServerConfig) -> dict[str, float]:
+        """(ttft_ms, tpot_ms) of an entry: its `goodput` table, else [scenarios], else the device's default."""
+        d = self.latency(cfg.device)
+        out = {"ttft_ms": d["goodput_ttft_ms"], "tpot_ms": d["goodput_tpot_ms"]}
+        out.update({k: float(v) for k, v in (cfg.goodput or {}).items()})
+        return out
 
     def steady(self, device: str, concurrency: int) -> dict[str, float]:
         """The steady-state settings (``llmgate.load.workloads.Steady`` fields) of a load at ``concurrency``."""
@@ -123,9 +155,23 @@ STEADY_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"window_s": 3.0, "window_requests": 8, "decode_window_requests": 3, "window_max_s": 12.0,
             "warmup_segment_s": 1.0, "warmup_max_s": 8.0, "arrival_rate": 1.0, "metrics_poll_s": 0.5},
 }
+# The latency lever's sizes.  GPU: a TTFT at c=1 of an 8B shape is ~15-80 ms, so 600 requests take
+# under a minute at the longer prompt; CPU (CI): a 2,048-token prefill of the tiny model takes ~1 s on
+# 2 cores, so its sampling error is stated, not reached.  Goodput targets: vLLM's benchmark examples
+# (GPU) and ten times the tiny model's c=1 figures (CPU): defaults that catch a collapse; an entry sets
+# its own (default_matrix.toml does for the 8B shape).
+LATENCY_DEFAULTS: dict[str, dict[str, float]] = {
+    "gpu": {"latency_min_requests": 100, "latency_max_requests": 600, "latency_max_s": 30.0,
+            "poisson_requests": 160, "poisson_max_s": 40.0, "goodput_ttft_ms": 200.0, "goodput_tpot_ms": 50.0},
+    "cpu": {"latency_min_requests": 12, "latency_max_requests": 40, "latency_max_s": 15.0,
+            "poisson_requests": 10, "poisson_max_s": 25.0, "goodput_ttft_ms": 2000.0, "goodput_tpot_ms": 250.0},
+}
 _SCENARIO_NUMBERS = {"window_s": float, "window_requests": int, "decode_window_requests": int, "window_max_s": float,
                      "warmup_segment_s": float, "warmup_max_s": float, "arrival_rate": float,
-                     "metrics_poll_s": float}
+                     "metrics_poll_s": float, "latency_min_requests": int, "latency_max_requests": int,
+                     "latency_max_s": float, "poisson_requests": int, "poisson_max_s": float,
+                     "goodput_ttft_ms": float, "goodput_tpot_ms": float, "latency_output_tokens": int,
+                     "latency_rel_error": float, "poisson_prompt_tokens": int, "poisson_output_tokens": int}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +220,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "load_format": (str, _NONE), "tokenizer": (str, _NONE), "args": (list,), "env": (dict,), "boot_timeout_s": (int, float),
     "port": (int, _NONE),
     "min_effect": (dict,), "levers": (list,), "reference": (str, _NONE), "launcher": (str, _NONE),
-    "boots": (int, _NONE),
+    "boots": (int, _NONE), "goodput": (dict, _NONE),
 }
 
 
@@ -264,6 +310,13 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             if merged.get(k) is not None and merged[k] < 1:
                 raise MatrixError(f"{where}: {label}: key {k!r} must be at least 1")
         _check_gpu_budget(merged, f"{where}: {label}")
+        goodput = merged.get("goodput")
+        if goodput is not None:
+            bad = [k for k, v in goodput.items() if k not in ("ttft_ms", "tpot_ms") or isinstance(v, bool)
+                   or not isinstance(v, (int, float)) or v <= 0]
+            if bad:
+                raise MatrixError(f"{where}: {label}: key 'goodput': expected {{ttft_ms = MS, tpot_ms = MS}} with "
+                                  f"positive numbers, got {goodput!r}")
         def path_of(key: str, ref: str) -> str:
             """A model (or tokenizer) reference: a name from [models], else a path (relative to the file)."""
             if ref in models:

@@ -10,8 +10,10 @@ from typing import Any
 
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 DEVICES = ("cpu", "gpu")
-# "gate": the basic gate tests (decode, concurrency at N, client overhead); the rest are the seed's levers
-LEVERS = ("gate", "quantization", "speculative", "kv_max_len", "concurrency", "prefix_cache", "quality")
+# "gate": the basic gate tests (decode, concurrency at N, client overhead); "latency": the scenarios built
+# for latency (TTFT at c=1 from many short requests, Poisson loads at shares of the entry's capacity,
+# goodput); the rest are the seed's levers
+LEVERS = ("gate", "latency", "quantization", "speculative", "kv_max_len", "concurrency", "prefix_cache", "quality")
 
 
 # Speculative decoding: whose acceptance figures mean something.  The drafts of these methods come
@@ -105,6 +107,9 @@ class ServerConfig:
     levers: tuple[str, ...] = ("gate",)   # scenarios this entry takes part in (LEVERS)
     reference: str | None = None          # id of the entry it is compared with (same model, lever off)
     boots: int | None = None              # boots a run spans (default: --llmgate-boots, else 3 on a GPU, 1 on the CPU)
+    # goodput's targets for this entry (the latency lever): {"ttft_ms": …, "tpot_ms": …}; a request is
+    # good when both hold (default: [scenarios] goodput_ttft_ms / goodput_tpot_ms, per device)
+    goodput: dict[str, float] | None = None
     source: str = dataclasses.field(default="", compare=False)
 
     def __hash__(self) -> int:

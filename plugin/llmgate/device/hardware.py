@@ -109,6 +109,31 @@ def gpus() -> list[dict[str, Any]]:
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def machine_id(device_kind: str = "cpu") -> str:
+    """Which machine measured (recorded beside every result, not part of the fingerprint): for a GPU
+    entry the visible GPUs' UUIDs (the cards themselves), else this host's machine-id and name.  A
+    stored baseline of another machine carries that machine's offset (``noise_prior.machine_offset``)."""
+    import hashlib
+
+    parts: list[str] = []
+    if device_kind == "gpu" and not why_no_gpu():
+        import pynvml
+
+        for i in visible_gpus():
+            try:
+                parts.append(_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))))
+            except pynvml.NVMLError:
+                pass
+    if not parts:
+        try:
+            parts.append(Path("/etc/machine-id").read_text().strip())
+        except OSError:
+            pass
+        parts.append(platform.node())
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
 def memory_fraction(budget_bytes: int, count: int = 1) -> float:
     """A GPU budget in bytes as the fraction of a card's memory that vLLM's
     ``--gpu-memory-utilization`` and SGLang's ``--mem-fraction-static`` take: ``budget_bytes`` over

@@ -324,7 +324,10 @@ class _Controller:
         if self.window_start is None:
             self.seg_tokens += tokens
             self.seg_done += 1
-            if end - self.seg_start >= self.s.warm_segment_s and self.seg_done >= self.n:
+            # a segment: one completion per stream of a closed loop; under Poisson arrivals (whose
+            # concurrency only sizes the client) two, or a slow rate's warm-up would end at its cap
+            need = self.n if self.mode == "closed" else min(self.n, 2)
+            if end - self.seg_start >= self.s.warm_segment_s and self.seg_done >= need:
                 self.segments.append(self.seg_tokens / (end - self.seg_start))
                 self.seg_start, self.seg_tokens, self.seg_done = end, 0.0, 0
                 self._maybe_end_warmup(end)

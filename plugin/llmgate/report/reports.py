@@ -67,6 +67,39 @@ def verdict_table(verdicts: Iterable[Verdict]) -> str:
                     tablefmt="github")
 
 
+def noise_rows(verdicts: Iterable[Verdict], target: float = 0.05, alpha: float = 0.05) -> list[list[str]]:
+    """The noise report: for each verdict whose boot values are statistics over many requests (the
+    latency lever's), the two parts of its noise on the log scale (≈ CV): sampling (the requests a boot
+    drew) and boot (what a boot shares beyond them), with the requests a boot held, what the
+    comparison is (same session or stored, with a machine's offset), its MDE, and the boots a side
+    that bring the MDE to ``target`` at the noise measured (more requests a boot shrink only the
+    sampling part)."""
+    from llmgate.analysis.verdict import boots_needed
+
+    rows = []
+    for v in sorted(verdicts, key=lambda v: (v.config_id, v.test, v.key)):
+        n = v.noise
+        if n is None or n.sampling is None:
+            continue
+        var = max(n.between or 0.0, n.value_var, 1e-12)
+        k = boots_needed(v.metric, var, n.df, max(v.boots[0], 1), target, alpha) if n.between is not None else None
+        rows.append([v.config_id, v.key, f"{n.sampling_cv:.2%}", f"{n.boot_cv:.2%}" if n.boot_cv is not None else "—",
+                     f"{n.requests:.0f}" if n.requests else "—", f"{v.boots[0]}+{v.boots[1]}" if v.boots[0] else str(v.boots[1]),
+                     (v.comparison or "not compared") + (" (+ machine offset)" if v.machine_offset else ""),
+                     f"{v.mde:.1%}" if v.mde is not None else "—",
+                     (str(k) if k else f">{50}") if n.between is not None else "—"])
+    return rows
+
+
+NOISE_HEADERS = ["configuration", "metric", "sampling CV", "boot CV", "requests/boot", "boots", "comparison", "MDE",
+                 "boots a side for 5%"]
+
+
+def noise_table(verdicts: Iterable[Verdict]) -> str:
+    rows = noise_rows(verdicts)
+    return tabulate(rows, headers=NOISE_HEADERS, tablefmt="github") if rows else ""
+
+
 def boot_table(boots: dict[str, list[dict]]) -> str:
     rows = []
     for cid, items in sorted(boots.items()):
@@ -211,6 +244,12 @@ def markdown(rep: dict[str, Any]) -> str:
             lines.append(f"| {v['config']} | {v['label']}{suffix} ({v['better']} is better) | {base} | "
                          f"{m.display(v['now']['median'])} | {change} | {mde_cell(v)} | {status} | {v.get('regime') or ''} |")
         lines.append("")
+    noise = noise_rows(Verdict.from_dict(v) for v in rep["verdicts"])
+    if noise:
+        lines += ["### Noise of the latency figures", "",
+                  "Sampling: what the requests a boot drew move its value; boot: what a boot adds beyond them.", "",
+                  "| " + " | ".join(NOISE_HEADERS) + " |", "|" + "---|" * len(NOISE_HEADERS)]
+        lines += ["| " + " | ".join(r) + " |" for r in noise] + [""]
     if rep["notes"]:
         lines += ["### Notes", ""] + [f"- {n}" for n in rep["notes"]] + [""]
     return "\n".join(lines)
@@ -312,6 +351,11 @@ def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, referen
     if verdicts:
         tr.write_line("")
         tr.write_line(verdict_table(verdicts))
+        noise = noise_table(verdicts)
+        if noise:
+            tr.write_line("")
+            tr.write_line("noise of the latency figures (sampling: the requests a boot drew; boot: what a boot adds):")
+            tr.write_line(noise)
         if gs.notes:
             tr.write_line("")
             tr.write_line("notes:")

@@ -9,7 +9,9 @@ This is llmgate's public API for scenarios (docs/api.md); the packaged scenarios
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,6 +36,11 @@ if TYPE_CHECKING:
     from llmgate.runner.session import GateSession
 
 GATE_KEY = pytest.StashKey["Gate"]()
+
+
+def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[int]) -> list[float]:
+    """The request counts of those boots that recorded one (``record(..., requests=)``)."""
+    return [float(r) for k in boots if (r := samp[k][1])]
 
 
 class Gate:
@@ -89,16 +96,22 @@ class Gate:
 
     def steady(self, prompt_tokens: int, output_tokens: int, concurrency: int = 1, *, rate: float | None = None,
                seed: str | None = None, label: str | None = None, output_spread: float | None = None,
+               window_requests: int | None = None, window_max_s: float | None = None,
                **fields: Any) -> SteadyResult:
         """A steady-state run: ``concurrency`` streams always in flight (or Poisson arrivals at
         ``rate`` requests/s), fresh prompts of ``prompt_tokens`` tokens, exactly ``output_tokens``
         generated — or, in a closed loop at c > 1, each request exactly its own length drawn from
         ``output_tokens`` × (1 ± ``output_spread``) (default ``[scenarios] output_spread``; every
         sample's ``requested_output_tokens`` says it); a warm-up until throughput stops rising, then
-        a window sized by ``[scenarios]``.  Every request is accounted for (a failed one fails the test)."""
+        a window sized by ``[scenarios]`` (or by ``window_requests``, at most ``window_max_s``).  Every
+        request is accounted for (a failed one fails the test)."""
         cfg, h = self.entry, self.server
         label = label or (f"rate {rate:g}" if rate else f"c={concurrency}")
         sizes: dict[str, Any] = self.scenarios.steady(cfg.device, concurrency if rate is None else max(2, concurrency))
+        if window_requests is not None:         # a window sized by its requests (a latency percentile's sample)
+            sizes.update(min_requests=window_requests, min_s=min(sizes["min_s"], 1.0))
+        if window_max_s is not None:
+            sizes.update(max_s=max(window_max_s, sizes["min_s"]))
         window = load.Steady(**sizes)
         if output_spread is None:
             output_spread = self.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
@@ -254,6 +267,16 @@ class Gate:
         the entry's ``min_effect``, then the metric's own."""
         return self.session.min_effect(metric, key, self._config_entry, self.item)
 
+    def entry_memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A figure of this entry worked out once a session and reused by its later boots (in A/B mode:
+        on side A's first boot, so that both sides get the same, e.g. the arrival rates of a latency
+        scenario): ``compute()`` the first time ``name`` is asked for, the same value after."""
+        cfg = self.entry
+        memo = self.session.lever_results.setdefault(("memo", cfg.id), {})
+        if name not in memo:
+            memo[name] = compute()
+        return memo[name]
+
     def acceptance_meaningful(self) -> str | None:
         """None when this entry's speculative acceptance is a figure to record and compare (a
         context draft such as n-gram, or a trained draft on trained weights); else why not."""
@@ -295,10 +318,10 @@ class Gate:
 
     def _provenance(self) -> dict[str, Any]:
         st = self.session.settings
-        out: dict[str, Any] = {"device": device.describe(),
+        cfg = self._config_entry
+        out: dict[str, Any] = {"device": device.describe(), "machine": device.machine_id(cfg.device if cfg else "cpu"),
                                "settings": {"repeats": st.repeats, "warmup": st.warmup,
                                             "request_timeout_s": st.request_timeout}}
-        cfg = self._config_entry
         if cfg is None:
             return out
         out["config"] = cfg.describe()
@@ -379,17 +402,22 @@ class Gate:
         k = callspec.params.get("llmgate_boot") if callspec else None
         if cfg is None or k is None:
             return None
-        return int(k), self.session.boots_for(cfg)
+        return int(k), self.session.measurement_boots(cfg)
 
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
                raw: dict[str, Any] | None = None, *, parts: dict[str, Verdict] | None = None,
-               **info: Any) -> Verdict | None:
+               sampling: float | None = None, requests: int | None = None, **info: Any) -> Verdict | None:
         """Record ``values``: this boot's repeat-level measurements in the metric's natural unit.
         ``parts`` (a TTFT's: ``record_engine_parts``' verdicts) adds where the time went to the verdict.
+        ``sampling`` (with ``requests``): where this boot's value is one statistic over many requests
+        (``values`` of one), the log-scale variance of that statistic from resampling them
+        (``stats.sampling_log_var``): the sampling part of its noise, kept apart from the boot part.
 
         In a test marked ``boots`` whose entry spans K boots, boots 1 … K−1 only keep their values
         (None is returned); on boot K all K go into the baseline store as one entry and are judged
-        against the stored baseline's boots, if one is compared with and its fingerprint matches."""
+        against the stored baseline's boots, if one is compared with and its fingerprint matches.  In
+        A/B mode (``--llmgate-ab``) the boots alternate between the two sides, and on the last one side
+        B's boots are judged against side A's of this session (a same-session comparison)."""
         values = [float(v) for v in values]
         if not values:
             raise ValueError(f"{metric.name}: no values to record")
@@ -399,19 +427,29 @@ class Gate:
         cfg = self._config_entry
         test = getattr(self.item, "originalname", self.item.name)
         boots, mb = [values], self._measurement_boot()
+        samp: dict[int, tuple[float | None, float | None]] = {1: (sampling, requests)}
         if mb is not None and cfg is not None:
             k, n_boots = mb
             slot = (cfg.id, test, key)
             self.session.boot_values.setdefault(slot, {})[k] = values
             self.session.boot_raw.setdefault(slot, {})[k] = raw
+            self.session.boot_sampling.setdefault(slot, {})[k] = (sampling, requests)
             if k < n_boots:
-                self.session.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}: {metric.display(median(values))} "
-                                 f"(median of {len(values)}); judged after boot {n_boots}")
+                side = self.session.side_of(k)
+                self.session.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}"
+                                 + (f" (side {side[0]}, its boot {side[2]})" if side else "")
+                                 + f": {metric.display(median(values))} (median of {len(values)}"
+                                 + (f" values; sampling error {math.sqrt(sampling):.2%} over {requests} requests"
+                                    if sampling is not None and requests else "")
+                                 + f"); judged after boot {n_boots}")
                 return None
             done = self.session.boot_values[slot]
             boots = [done[i] for i in sorted(done)]
+            samp = dict(self.session.boot_sampling[slot])
             if any(self.session.boot_raw[slot].get(i) is not None for i in done):
                 raw = {"boots": [self.session.boot_raw[slot].get(i) for i in sorted(done)]}
+        if mb is not None and cfg is not None and self.session.settings.ab:
+            return self._record_ab(metric, key, cfg, test, mb[1], raw, samp, parts, info)
         fp = self._fingerprint()
         extra = {**self.provenance(), **info, "fingerprint": fp}
         if raw is not None:
@@ -420,6 +458,7 @@ class Gate:
                                        self.session.settings.allow_mismatch)
         base_boots = baseline_store.baseline_boots(base[1]) if base else None
         notes, refused = [], []
+        offset = None
         if base is None:
             why = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
             if why:
@@ -440,18 +479,31 @@ class Gate:
                 self.item.warn(pytest.PytestWarning(f"{key}: compared with a baseline from another setup: "
                                                     + "; ".join(refused)))
                 refused = []
+            if base_info.get("machine") != extra.get("machine"):
+                # another machine (or one that was not recorded): its offset is part of the difference
+                offset = noise_prior.machine_offset(cfg.device if cfg else None, metric)
         prior = baseline_store.baseline_noise(base[1]) if base is not None and not refused else None
+        order = sorted(samp)
         verdict = judge_boots(metric, key, cfg.id if cfg else self.item.name, boots, None if refused else base_boots,
                               self.session.min_effect(metric, key, cfg, self.item), self.session.settings.alpha,
                               base[0] if base else None, prior=prior,
-                              assumed=noise_prior.assumed(cfg.device if cfg else None, metric))
-        noise = Noise.of(boots).pooled(prior)
+                              assumed=noise_prior.assumed(cfg.device if cfg else None, metric),
+                              now_sampling=[samp[i][0] for i in order],
+                              now_requests=_requests(samp, order),
+                              offset=offset, comparison="stored" if base is not None and not refused else "")
+        noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
         self._stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
+        return self._finish_verdict(verdict, key, test, notes, parts, raw, base, refused)
+
+    def _finish_verdict(self, verdict: Verdict, key: str, test: str, notes: list[str],
+                        parts: dict[str, Verdict] | None, raw: dict[str, Any] | None, base: Any,
+                        refused: list[str]) -> Verdict:
+        cfg = self._config_entry
         regime = self.session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
         where = attribution(verdict, parts) if parts else None
         if where:
             notes.append(where)
-        verdict = dataclasses.replace(verdict, test=test, note="; ".join(notes), regime=regime)
+        verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime)
         base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw"))
                     if base is not None else None)
         if raw is not None or base_raw is not None:
@@ -461,6 +513,51 @@ class Gate:
         self.verdicts.append(verdict)
         self.session.verdicts.append(verdict)
         return verdict
+
+    def _record_ab(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, n_boots: int,
+                   raw: dict[str, Any] | None, samp: dict[int, tuple[float | None, float | None]],
+                   parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict:
+        """A/B mode, on the entry's last measurement boot: side B's boots judged against side A's, both
+        measured in this session, alternating (a same-session comparison: the machine, its offset and
+        its drift are the same on both sides).  B's boots are what a --benchmark-save stores; a stored
+        baseline, when one is compared with, is only set beside side A (what the machine's offset is)."""
+        slot = (cfg.id, test, key)
+        done = self.session.boot_values[slot]
+        side = {k: s[0] for k in range(1, n_boots + 1) if (s := self.session.side_of(k)) is not None}
+        a_name, b_name = self.session.settings.ab[0][0], self.session.settings.ab[1][0]
+        a_ks = [k for k in sorted(done) if side.get(k) == a_name]
+        b_ks = [k for k in sorted(done) if side.get(k) == b_name]
+        a_boots, b_boots = [done[k] for k in a_ks], [done[k] for k in b_ks]
+        order = "".join(side[k] if len(side[k]) == 1 else f"{side[k]} " for k in sorted(done) if k in side)
+        verdict = judge_boots(metric, key, cfg.id, b_boots, a_boots, self.session.min_effect(metric, key, cfg, self.item),
+                              self.session.settings.alpha, f"side {a_name} of this session",
+                              assumed=noise_prior.assumed(cfg.device, metric),
+                              now_sampling=[samp[k][0] for k in b_ks],
+                              now_requests=_requests(samp, b_ks),
+                              base_sampling=[samp[k][0] for k in a_ks],
+                              base_requests=_requests(samp, a_ks),
+                              comparison="same session")
+        verdict = dataclasses.replace(verdict, baseline_in_run=True)
+        notes = [f"same session: {len(a_boots)} boot(s) of {a_name} vs {len(b_boots)} of {b_name}, order {order.strip()}"]
+        fp = self._fingerprint()
+        extra = {**self.provenance(), **info, "fingerprint": fp,
+                 "ab": {"baseline_side": a_name, "candidate_side": b_name, "order": order.strip(),
+                        "baseline_side_boot_values": [median(b) for b in a_boots]}}
+        if raw is not None:
+            extra["raw"] = raw
+        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, fp,
+                                       self.session.settings.allow_mismatch)
+        if base is not None and not baseline_store.fingerprint_mismatch(
+                base[1]["extra_info"][baseline_store.EXTRA_KEY].get("fingerprint") or {}, fp):
+            stored = baseline_store.baseline_boots(base[1]) or []
+            if stored and a_boots:
+                offset = median([median(b) for b in a_boots]) / median([median(b) for b in stored]) - 1.0
+                notes.append(f"side {a_name} against the stored {base[0]}: {offset:+.1%} (this machine's offset and "
+                             f"drift since; not judged: the verdict rests on this session's side {a_name})")
+        noise = Noise.of(b_boots, [samp[k][0] for k in b_ks], _requests(samp, b_ks)).pooled(
+            Noise.of(a_boots, [samp[k][0] for k in a_ks], _requests(samp, a_ks)))     # both sides' boots: one machine
+        self._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
+        return self._finish_verdict(verdict, key, test, notes, parts, raw, None, [])
 
     def requests(self, *results: LoadResult) -> None:
         """Account for every request of a measurement.  A failed one (HTTP error, malformed

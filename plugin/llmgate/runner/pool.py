@@ -18,8 +18,12 @@ class ServerPool:
     """The running servers of a session, by entry id, and the record of every boot."""
 
     def __init__(self, matrix: Callable[[], Matrix], log_dir: Path, say: Callable[[str], None],
-                 boots_for: Callable[[ServerConfig], int]):
+                 boots_for: Callable[[ServerConfig], int],
+                 configure: Callable[[ServerConfig, int], tuple[ServerConfig, str | None]] | None = None):
         self._matrix, self.log_dir, self.say, self.boots_for = matrix, log_dir, say, boots_for
+        # the configuration measurement boot k of an entry boots with, and its side's name (A/B mode:
+        # that side's launcher); None: the entry as it is
+        self.configure = configure
         self.servers: dict[str, Server] = {}
         self.boots: dict[str, list[dict[str, Any]]] = {}      # entry → one record per boot
         self.rounds: dict[str, int] = {}                       # entry → which of its K measurement boots is up
@@ -36,11 +40,15 @@ class ServerPool:
 
     def boot(self, cfg: ServerConfig) -> ServerHandle:
         n = len(self.boots.get(cfg.id, [])) + 1
+        run_cfg, side = self.configure(cfg, self.rounds.get(cfg.id, 1)) if self.configure else (cfg, None)
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
+        if side is not None:
+            record["side"] = side
         self.boots.setdefault(cfg.id, []).append(record)
-        server = Server(cfg, self._matrix(), self.log_dir, boot_number=n, progress=self.progress, port=cfg.port,
-                        say=self.say)
-        self.say(f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session)")
+        server = Server(run_cfg, self._matrix(), self.log_dir, boot_number=n, progress=self.progress,
+                        port=cfg.port, say=self.say)
+        self.say(f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session"
+                 + (f", side {side}: {run_cfg.launcher}" if side is not None else "") + ")")
         try:
             handle = server.start()
         except BootError:
@@ -70,11 +78,12 @@ class ServerPool:
         """Measurement boot ``k`` of this entry is up: reboot until it is (boots go forward only)."""
         current = self.rounds.setdefault(cfg.id, 1)
         while current < k:
+            self.rounds[cfg.id] = current + 1          # the boot below is that round's (its side's launcher)
             handle = self.reboot(cfg)
             if handle is None:
+                self.rounds[cfg.id] = current
                 break
             current += 1
-            self.rounds[cfg.id] = current
             self.say(f"llmgate: {cfg.id}: measurement boot {current} of {self.boots_for(cfg)}")
 
     def shutdown(self, cfg_id: str) -> None:

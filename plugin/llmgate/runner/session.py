@@ -42,7 +42,8 @@ class GateSession:
         self._matrix: Matrix | None = None
         self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
         self._matrix_error: str | None = None
-        self.pool = ServerPool(lambda: self.matrix, self.out_dir / "logs", self.say, self.boots_for)
+        self.pool = ServerPool(lambda: self.matrix, self.out_dir / "logs", self.say, self.measurement_boots,
+                               self.boot_config)
         self.servers = self.pool.servers                   # entry id → running Server
         self.boots = self.pool.boots                       # entry id → one record per boot
         self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
@@ -56,6 +57,8 @@ class GateSession:
         # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
         self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
         self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
+        # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
+        self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
@@ -65,12 +68,33 @@ class GateSession:
         server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
 
     def boots_for(self, cfg: ServerConfig) -> int:
-        """How many boots a run of this entry spans."""
+        """How many boots a run of this entry spans (in A/B mode: a side)."""
         if self.settings.boots is not None:
             return self.settings.boots
         if cfg.boots is not None:
             return cfg.boots
-        return 3 if cfg.device == "gpu" else 1
+        # a CPU entry measures one boot, but an A/B comparison of one boot a side sees nothing
+        return 3 if cfg.device == "gpu" or self.settings.ab else 1
+
+    def measurement_boots(self, cfg: ServerConfig) -> int:
+        """The measurement boots of this entry in this session: K, or in A/B mode K a side, alternating."""
+        return self.boots_for(cfg) * (len(self.settings.ab) or 1)
+
+    def side_of(self, k: int) -> tuple[str, str, int] | None:
+        """A/B mode (--llmgate-ab): measurement boot k's side (name, launcher) and its round on that side
+        (boots alternate A B A B …); None otherwise."""
+        sides = self.settings.ab
+        if not sides:
+            return None
+        name, launcher = sides[(k - 1) % len(sides)]
+        return name, launcher, (k - 1) // len(sides) + 1
+
+    def boot_config(self, cfg: ServerConfig, k: int) -> tuple[ServerConfig, str | None]:
+        """The configuration measurement boot k boots (its side's launcher in A/B mode) and the side."""
+        side = self.side_of(k)
+        if side is None:
+            return cfg, None
+        return dataclasses.replace(cfg, launcher=side[1]), side[0]
 
     # -- hooks of this session (registered as a plugin of its config) ---------------------
     @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -22,7 +23,6 @@ class Settings:
     allow_mismatch: bool = False
     confirm: bool = True
     ab: tuple[tuple[str, str], ...] = ()
-    ab_rounds: int = 4
     determinism: str = "fail"
     hypothesis_examples: int = 20
 
@@ -53,7 +53,6 @@ class Settings:
                 allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
                 confirm=not config.getoption("llmgate_no_confirm"),
                 ab=parse_ab(config.getoption("llmgate_ab") or []),
-                ab_rounds=config.getoption("llmgate_ab_rounds"),
                 determinism=config.getoption("llmgate_determinism"),
                 hypothesis_examples=config.getoption("llmgate_hypothesis_examples"))
         if s.boots is not None and s.boots < 1:
@@ -63,12 +62,18 @@ class Settings:
         return s
 
 
+SIDE_NAME = re.compile(r"^[A-Za-z0-9_.+]+$")
+
+
 def parse_ab(items: list[str]) -> tuple[tuple[str, str], ...]:
     sides = []
     for item in items:
         name, sep, launcher = item.partition("=")
         if not sep or not name or not launcher:
             raise pytest.UsageError(f"--llmgate-ab {item!r}: expected NAME=LAUNCHER (an interpreter or a binary)")
+        if not SIDE_NAME.match(name):
+            raise pytest.UsageError(f"--llmgate-ab {item!r}: a side's name is letters, digits and _ . + (it is "
+                                    f"part of test ids)")
         sides.append((name, launcher))
     if sides and len(sides) != 2:
         raise pytest.UsageError(f"--llmgate-ab: give exactly two sides (baseline first, candidate second), got {len(sides)}")

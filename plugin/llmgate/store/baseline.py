@@ -280,7 +280,11 @@ def stored_key(item: pytest.Item) -> str:
     if cfg is None:
         return f"{scenario}[{pid}]"
     boot = callspec.params.get("llmgate_boot")
-    entry_part = f"{cfg.id}-boot{boot}" if boot is not None and f"{cfg.id}-boot{boot}" in pid else cfg.id
+    entry_part = cfg.id
+    if boot is not None:
+        # ENTRY-bootK, or in A/B mode ENTRY-bootK.SIDE (plugin.pytest_generate_tests)
+        m = re.search(re.escape(f"{cfg.id}-boot{boot}") + r"(\.[^-\]]+)?", pid)
+        entry_part = m.group(0) if m else cfg.id
     others = "-".join(p for p in pid.replace(entry_part, "\0", 1).split("\0") if p).strip("-")
     return f"{scenario}[{others}][{cfg.id}]" if others else f"{scenario}[{cfg.id}]"
 
