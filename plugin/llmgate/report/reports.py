@@ -102,12 +102,15 @@ def noise_table(verdicts: Iterable[Verdict]) -> str:
 
 def boot_table(boots: dict[str, list[dict]]) -> str:
     rows = []
+    sides = any(b.get("side") for items in boots.values() for b in items)      # A/B mode: which side a boot was
     for cid, items in sorted(boots.items()):
         for b in items:
-            rows.append([cid, b.get("boot"), b.get("engine", ""), b.get("version") or "?",
+            rows.append([cid, b.get("boot"), *([b.get("side") or ""] if sides else []), b.get("engine", ""),
+                         b.get("version") or "?",
                          f"{b['startup_s']:.1f} s" if b.get("startup_s") is not None else "failed",
                          b.get("log", "")])
-    return tabulate(rows, headers=["configuration", "boot", "engine", "version", "start-up", "log"], tablefmt="github")
+    return tabulate(rows, headers=["configuration", "boot", *(["side"] if sides else []), "engine", "version",
+                                   "start-up", "log"], tablefmt="github")
 
 
 # -- the JSON report -------------------------------------------------------------------------

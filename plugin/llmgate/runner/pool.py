@@ -38,12 +38,16 @@ class ServerPool:
         server = self.servers.get(cid)
         return server.handle if server is not None else None
 
-    def boot(self, cfg: ServerConfig) -> ServerHandle:
+    def boot(self, cfg: ServerConfig, warmup: bool = False) -> ServerHandle:
+        """Boot entry ``cfg`` (its current measurement round's configuration); ``warmup``: a boot that
+        is not measured (its record says so)."""
         n = len(self.boots.get(cfg.id, [])) + 1
         run_cfg, side = self.configure(cfg, self.rounds.get(cfg.id, 1)) if self.configure else (cfg, None)
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
         if side is not None:
             record["side"] = side
+        if warmup:
+            record["side"] = "warm-up, not measured"
         self.boots.setdefault(cfg.id, []).append(record)
         server = Server(run_cfg, self._matrix(), self.log_dir, boot_number=n, progress=self.progress,
                         port=cfg.port, say=self.say)
