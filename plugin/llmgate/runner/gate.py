@@ -28,7 +28,7 @@ from llmgate.load.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerDied, ServerHandle
 from llmgate.runner.settings import Settings
 from llmgate.analysis.stats import Noise, median
-from llmgate.analysis.verdict import REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
+from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
 
 if TYPE_CHECKING:
     from llmgate.runner.session import GateSession
@@ -492,8 +492,12 @@ class Gate:
         cfg = self._config_entry
         v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
                   [failed / total], None)
+        # no failure: "unchanged" where the test's figures were compared with a baseline, "no
+        # baseline" where none of them was (a save run), as every other row of the test says
+        others = [o.status for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
+        unfailed = NO_BASELINE if others and all(s == NO_BASELINE for s in others) else UNCHANGED
         v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
-                                status=REGRESSED if failed else UNCHANGED, note=f"{failed} of {total} requests failed")
+                                status=REGRESSED if failed else unfailed, note=f"{failed} of {total} requests failed")
         self.verdicts.append(v)
         self.session.verdicts.append(v)
         self._request_counts = [0, 0]
