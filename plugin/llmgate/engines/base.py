@@ -63,6 +63,11 @@ class Engine(Protocol):
         """None when this engine can load ``model`` (a folder or file that exists); otherwise what is
         missing, in one line (checked when the matrix is loaded and again before the boot)."""
 
+    def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
+        """Whether the engine serves ``cfg`` with a ``max_model_len`` beyond the model's own
+        positions (config.json's ``max_position_embeddings``); False: it refuses at boot, and the
+        matrix refuses such an entry when it is loaded."""
+
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
         """The model as this engine loads it (a converted or quantized copy, cached), from a folder or file."""
 
@@ -188,6 +193,9 @@ class BaseAdapter:
 
     def check_model(self, cfg: ServerConfig, model: Path) -> str | None:
         return None
+
+    def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
+        return True
 
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
         return model

@@ -135,6 +135,8 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
             (f"fixed_length_fields({d} config, 2)", lambda c=cfg: a.fixed_length_fields(c, 2), _json_dict),
             (f"fixed_length_fields({d} config, None)", lambda c=cfg: a.fixed_length_fields(c, None), _json_dict),
             (f"gpu_budget_bytes({d} config, 80 GB)", lambda c=cfg: a.gpu_budget_bytes(c, 80 * 10**9), _budget),
+            (f"max_len_beyond_model({d} config)", lambda c=cfg: a.max_len_beyond_model(c),
+             lambda v: None if isinstance(v, bool) else "not a bool"),
         ]
         calls += [(f"cannot({lever!r}, {d} config)", lambda lv=lever, c=cfg: a.cannot(lv, c), _none_or_line)
                   for lever in (*LEVERS, "limits")]

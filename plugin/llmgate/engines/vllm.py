@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -139,6 +140,12 @@ class Adapter(PythonModuleAdapter):
         how = f"gpu_memory_utilization {util}" if util is not None else "vLLM's default gpu_memory_utilization, 0.9 or more"
         util = 0.9 if util is None else util
         return math.ceil(total_bytes * util), f"{how} × {total_bytes / (1 << 30):.1f} GiB"
+
+    def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
+        # vllm/config/model.py (_get_and_verify_max_len): a max_model_len above the model's derived
+        # length is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (in the entry's env or ours)
+        allow = cfg.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", ""))
+        return allow.strip().lower() in ("1", "true")
 
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         env = {
