@@ -29,7 +29,7 @@ from typing import Any
 
 from llmgate.core.types import (CONTEXT_DRAFT_METHODS, DEVICES, ID_RE, LEVERS, SECRET,  # noqa: F401  (public here)
                                 TRAINED_DRAFT_METHODS, MatrixError, ServerConfig, spec_acceptance_caveat,
-                                spec_acceptance_meaningful)
+                                drafts_from_context, spec_acceptance_meaningful)
 from llmgate import engines
 from llmgate.models import tinymodel, tokenizer
 

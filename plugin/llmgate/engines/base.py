@@ -110,6 +110,10 @@ class Engine(Protocol):
     def token_ids_fields(self) -> dict[str, Any]:
         """Request fields that make a non-streamed completion return its token ids."""
 
+    def allowed_tokens_fields(self, token_ids: list[int]) -> dict[str, Any] | None:
+        """Request fields that let the engine generate only ``token_ids`` (with speculative decoding
+        too); None if unsupported."""
+
     def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:
         """The token ids of one completion choice; None when the response has none."""
 
@@ -254,6 +258,9 @@ class BaseAdapter:
 
     def token_ids_fields(self) -> dict[str, Any]:
         return {}
+
+    def allowed_tokens_fields(self, token_ids: list[int]) -> dict[str, Any] | None:
+        return None
 
     def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:
         ids = choice.get("token_ids")

@@ -143,6 +143,8 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
     calls += [
         ("stream_fields()", lambda: a.stream_fields(), _json_dict),
         ("token_ids_fields()", lambda: a.token_ids_fields(), _json_dict),
+        ("allowed_tokens_fields([5, 7])", lambda: a.allowed_tokens_fields([5, 7]),
+         lambda v: None if v is None else _json_dict(v)),
         ("extract_token_ids({'token_ids': [1, 2]})", lambda: a.extract_token_ids({"token_ids": [1, 2], "text": "ab"}),
          lambda v: None if v is None or (isinstance(v, list) and all(isinstance(i, int) for i in v)) else "not None or a list of ints"),
         ("extract_token_ids({})", lambda: a.extract_token_ids({}), lambda v: None if v is None else "not None"),

@@ -171,6 +171,12 @@ class Adapter(PythonModuleAdapter):
     def token_ids_fields(self) -> dict[str, Any]:
         return {"return_token_ids": True}
 
+    def allowed_tokens_fields(self, token_ids: list[int]) -> dict[str, Any] | None:
+        # SamplingParams.allowed_token_ids: a mask on the target's logits that V1's rejection sampler
+        # applies to speculative steps too (vllm/v1/sample/rejection_sampler.py); logit_bias is not
+        # applied there ("min_p and logit_bias parameters won't work with speculative decoding")
+        return {"allowed_token_ids": list(token_ids)}
+
     def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
         http.post(base_url + "/reset_prefix_cache").raise_for_status()
         return True

@@ -264,6 +264,29 @@ class Gate:
         acceptance on random weights is an upper bound; None when nothing."""
         return matrix_mod.spec_acceptance_caveat(self.entry, self.matrix.models)
 
+    def lookup_workload(self) -> bool:
+        """Whether this entry measures the speculative scenario's prompt-lookup workload
+        (``lookup_requests``): its drafts come from the context, or it is the reference of an entry
+        whose drafts do; and its engine can restrict generation to the prompt's words."""
+        cfg = self._config_entry
+        if cfg is None or self.server.engine.allowed_tokens_fields([0]) is None:
+            return False
+        return matrix_mod.drafts_from_context(cfg) or any(
+            e.reference == cfg.id and matrix_mod.drafts_from_context(e) for e in self.matrix.entries)
+
+    def lookup_requests(self, n: int, prompt_tokens: int, output_tokens: int, seed: str) -> list[Request]:
+        """``n`` requests whose prompts (``prompts.lookup``, seeds ``{seed}:0`` …) hold every pair of
+        a few words, each generating exactly ``output_tokens`` of those words only: an n-gram
+        drafter finds its match at every step, whatever the model emits."""
+        out = []
+        for i in range(n):
+            text, ids = self.prompts.lookup(prompt_tokens, f"{seed}:{i}")
+            fields = self.server.engine.allowed_tokens_fields(ids)
+            if fields is None:
+                raise ValueError(f"{self.server.engine.name} cannot restrict generation to a set of tokens")
+            out.append(self.request(text, output_tokens, prompt_tokens=prompt_tokens, **fields))
+        return out
+
     def _http(self):
         if getattr(self, "_client", None) is None:
             import httpx
