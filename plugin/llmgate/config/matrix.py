@@ -47,7 +47,7 @@ class Scenarios:
     prefix_suffix_tokens: int = 32
     prefix_repeats: int = 3
     prefix_min_reduction: float = 0.5     # with caching on: TTFT reduction expected at the longest prefix
-    prefix_max_reduction_off: float = 0.2  # with caching off: |reduction| must stay below this
+    prefix_max_reduction_off: float = 0.2  # with caching off: the reduction must stay below this
     spec_prompt_tokens: tuple[int, ...] = (64, 2048)   # acceptance at a short and at a long prompt
     spec_output_tokens: int = 256
     probe_start: int | None = None        # max_model_len asked for first (default: the model's maximum)

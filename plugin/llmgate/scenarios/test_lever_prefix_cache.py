@@ -88,7 +88,9 @@ def test_prefix_cache(gate):
             f"({longest['warm_ttft'] * 1000:.0f} vs {longest['cold_ttft'] * 1000:.0f} ms; expected at least "
             f"{sc.prefix_min_reduction:.0%})")
     else:
-        assert abs(longest["reduction"]) < sc.prefix_max_reduction_off, (
+        # one-sided: a cache, working though said to be off, only makes repeats faster; repeats
+        # slower than new prefixes are the machine's noise (beside a busy core: -19%)
+        assert longest["reduction"] < sc.prefix_max_reduction_off, (
             f"{cfg.id}: prefix caching is off, yet repeats of a {lengths[-1]}-token prefix were "
             f"{longest['reduction']:.0%} faster than the first request")
         # a cache that is off may still reuse the BOS token (MLX-LM counts it): at most one block
