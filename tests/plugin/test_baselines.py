@@ -55,7 +55,8 @@ def test_corrupt_baseline_stops_the_run_and_is_left_untouched(pytester):
     before = saved.read_bytes()
     r = run(pytester, [[100] * 5], "--benchmark-compare")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    r.stderr.fnmatch_lines([f"*{saved}: not valid JSON: * at line * column *the file was left untouched*"])
+    r.stderr.fnmatch_lines([f"*{saved}: not valid JSON: *: line * column *the file was left untouched*"])
+    assert " at at " not in r.stderr.str()
     assert saved.read_bytes() == before
     # saving is refused too while the storage holds a corrupt file
     r = run(pytester, [[100] * 5], "--benchmark-save=again")
@@ -441,3 +442,29 @@ def test_an_unset_arrival_rate_is_the_devices_default_in_the_workload():
     assert b.fingerprint_mismatch(old_gpu, now_gpu) == []
     assert b.fingerprint_mismatch(old_cpu, now_cpu) == ["workload differs: scenarios.arrival_rate: 2.0 → 1.0"]
     assert b.fingerprint_mismatch(now_cpu, now_cpu) == []
+
+
+ACCOUNTED_TEST = """
+import json, os
+from llmgate.core import metrics
+from llmgate.load.samples import LoadResult, Sample
+
+def test_measure(gate):
+    gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"])[0])
+    # two requests accounted for, none failed: the test's "requests that failed" row
+    gate.requests(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
+"""
+
+
+def test_requests_row_says_no_baseline_on_a_save_run_and_unchanged_on_a_compare(pytester):
+    pytester.makepyfile(test_rec=ACCOUNTED_TEST)
+
+    def statuses(*args):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VALUES", json.dumps([[100] * 5]))
+            pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)
+        rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+        return {v["metric"]: v["status"] for v in rep["verdicts"]}
+
+    assert statuses("--benchmark-save=base") == {"decode_tok_s": "no baseline", "failed_requests": "no baseline"}
+    assert statuses("--benchmark-compare") == {"decode_tok_s": "unchanged", "failed_requests": "unchanged"}

@@ -221,6 +221,24 @@ def test_signal_raises_keyboard_interrupt_then_only_hurries(sig, default_signals
     assert signal.getsignal(sig) is before
 
 
+def test_a_second_ctrl_c_before_the_session_stops_only_hurries(default_signals):
+    """A Ctrl-C during a boot stops that server as the boot unwinds, before pytest's interrupt hook
+    (begin_stopping): a second one then must not break that stop off, only hurry it."""
+    it = interrupt.Interrupts()
+    assert it.install()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="llmgate: SIGINT received"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        assert not it.stopping and not interrupt.HURRY.is_set()
+        os.kill(os.getpid(), signal.SIGINT)            # the unwinding goes on, hurried
+        time.sleep(0.1)
+        assert interrupt.HURRY.is_set()
+    finally:
+        it.uninstall()
+        interrupt.HURRY.clear()
+
+
 def test_a_handler_someone_else_installed_is_kept(default_signals):
     mine = lambda signum, frame: None                      # noqa: E731
     signal.signal(signal.SIGTERM, mine)

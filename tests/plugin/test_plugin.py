@@ -75,6 +75,16 @@ def no_tokenizer_folder(root):
     return folder
 
 
+def model_of_32k_positions(root):
+    """A model folder vLLM could load whose config.json allows 32,768 positions."""
+    folder = root / "models" / "qwen-32k"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "qwen2", "max_position_embeddings": 32768}')
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
 # the four a new user typed: a key misspelt, a model folder without its tokenizer, a model path
 # that does not exist, an engine misspelt.  (edit of GOOD_ENTRY, the message after "<file>: ")
 BAD_MATRICES = {
@@ -90,6 +100,16 @@ BAD_MATRICES = {
     "engine misspelt": (lambda root: GOOD_ENTRY.replace('"vllm"', '"vllmm"'),
                         lambda root: "matrix entry 'team-cpu': key 'engine': unknown engine 'vllmm' "
                                      "(known: llamacpp, mlx, sglang, vllm)"),
+    # vLLM would boot, refuse it ~10 s later, and every test would error with its traceback
+    "max_model_len beyond the model": (
+        lambda root: GOOD_ENTRY.replace('"tiny"', '"models/qwen-32k"').replace("1024", "65536"),
+        lambda root: f"matrix entry 'team-cpu': key 'max_model_len': 65536 is more than the 32768 positions "
+                     f"{root / 'models' / 'qwen-32k' / 'config.json'} allows (max_position_embeddings); vllm refuses "
+                     f"it at boot: set max_model_len to at most 32768"),
+    "max_model_len beyond the tiny model": (
+        lambda root: GOOD_ENTRY.replace("1024", "65536"),
+        lambda root: "matrix entry 'team-cpu': key 'max_model_len': 65536 is more than the 32768 positions model "
+                     "'tiny' has (its max_position); vllm refuses it at boot: set max_model_len to at most 32768"),
 }
 
 
@@ -100,6 +120,7 @@ def test_a_bad_matrix_is_one_usage_error_before_collection(pytester, bad):
     module chained to the first ("During handling of the above exception …")."""
     edit, message = BAD_MATRICES[bad]
     no_tokenizer_folder(pytester.path)
+    model_of_32k_positions(pytester.path)
     toml = pytester.makefile(".toml", llmgate=edit(pytester.path))
     expected = f"{toml}: {message(pytester.path)}"
     r = pytester.runpytest_subprocess("--pyargs", "llmgate.scenarios", "-p", "no:cacheprovider")

@@ -1,4 +1,4 @@
-"""No engine outlives the gate, against real vLLM on the CPU (one boot per scenario, four in all):
+"""No engine outlives the gate, against real vLLM on the CPU (one boot per scenario, five in all):
 
 - SIGTERM to pytest mid-measurement: handled like Ctrl-C: exit status 2, the output says
   interrupted, report.json holds what was measured (the test that ran) and names the test
@@ -6,6 +6,9 @@
 - SIGKILL to pytest mid-measurement: nothing of pytest runs any more, yet within 10 s no engine
   process of the run is left (the watchdog stops the engine's tree);
 - SIGKILL to a pytest-xdist worker (-n 1): the same;
+- Ctrl-C twice, 1 s apart, during a boot: exit status 2, and when pytest has exited no engine
+  process of the run is left and no server record stays behind (the second signal hurries the
+  boot's stop; it used to break it off, leaving vLLM to the watchdog and its record in place);
 - a stale record of a killed run with a stray server still running (a stand-in process group
   whose record's pytest pid is dead and whose start time matches) and a record whose pid now
   belongs to another process: the next session stops the stray and says so in one line, and
@@ -323,3 +326,29 @@ def test_stale_record_is_swept_and_a_dead_engine_core_explains_itself(pytester):
         for q in (stray, reused):
             q.kill()
             q.wait()
+
+
+def test_double_sigint_during_a_boot_leaves_no_engine_and_no_record(pytester):
+    run = setup_run(pytester, "def test_boot(llmgate_server):\n    pass\n")
+    p = start(pytester, "test_sig.py")
+    try:
+        # mid-boot: vLLM's EngineCore has started (its API server is still far from ready)
+        def booting():
+            assert p.poll() is None, f"pytest ended early ({p.returncode}):\n{output(pytester)}"
+            return "VLLM::EngineCore" in engine_tree(run_processes(pytester, run))
+        assert wait_until(booting, 300, 0.2) is not None, output(pytester)
+        procs = run_processes(pytester, run)
+        assert {"api_server", "watchdog"} <= engine_tree(procs), procs
+        p.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        rc = wait_or_show(pytester, p, 60)
+        still = left(procs, run)                         # at pytest's exit, not a moment later
+        records = strays.records(pytester.path / ".llmgate")
+    finally:
+        p.kill()
+    out = output(pytester)
+    print(out)
+    assert rc == 2, out
+    assert not still, f"when pytest had exited, still running: {still}"
+    assert not records, f"server records left behind: {records}"

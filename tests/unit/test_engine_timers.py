@@ -171,3 +171,27 @@ def test_regime_from_gpu_utilisation_beside_the_roofline():
     assert device.classify("gpu", None, busy, None)["regime"] == "gpu-bound"
     assert device.classify("gpu", None, None, None)["regime"].startswith("unknown")
     assert device.classify("cpu", None, None, cpu)["regime"] == "cpu"
+
+
+def test_attribution_judges_a_part_near_zero_by_its_floor_not_as_a_percentage():
+    """An A/A: the queue's mean is ~0.1 ms and moves by a fraction of a millisecond, within its 1 ms
+    floor (metrics.ENGINE_QUEUE.min_abs_effect): no percentage of it, and never "most of it"."""
+    parts = {
+        "frontend": _v(metrics.FRONTEND_TTFT, [0.0040, 0.0041, 0.0040], [0.0040, 0.0041, 0.0040]),
+        "queue": _v(metrics.ENGINE_QUEUE, [0.00019, 0.00018, 0.00019], [0.0001, 0.0001, 0.0001]),
+        "prefill": _v(metrics.ENGINE_PREFILL, [0.01203, 0.01212, 0.01191], [0.0120, 0.0121, 0.0119]),
+        "ttft": _v(metrics.ENGINE_TTFT, [0.01612, 0.01622, 0.01592], [0.0160, 0.0162, 0.0159]),
+    }
+    client = _v(metrics.TTFT_P50, [0.0201, 0.0205, 0.0199], [0.0200, 0.0204, 0.0198])
+    text = attribution(client, parts)
+    assert "queue +0.1 ms," in text and "%" not in text.split("queue")[1].split(",")[0], text
+    assert not text.endswith("most of it: queue"), text
+    assert text.endswith("most of it: engine other") or text.endswith("most of it: prefill"), text
+    # every part within its floor (the front end and queue), the rest unmoved: nothing is named
+    for k in ("prefill", "ttft"):
+        parts[k] = _v(parts[k].metric, [parts[k].baseline.median] * 3, [parts[k].baseline.median] * 3)
+    assert attribution(client, parts).endswith("no part moved beyond its floor")
+    # a queue that grew beyond its floor is named, with its percentage of a baseline above the floor
+    parts["queue"] = _v(metrics.ENGINE_QUEUE, [0.0060, 0.0061, 0.0059], [0.0020, 0.0021, 0.0019])
+    text = attribution(client, parts)
+    assert text.endswith("most of it: queue") and "queue +4.0 ms (+200%) regressed" in text, text

@@ -1,5 +1,6 @@
 """Matrix loading and validation: every bad entry is one line naming file, entry and key."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,35 @@ def test_discover_order(tmp_path):
     (tmp_path / "llmgate.toml").write_text("")
     assert matrix.discover(tmp_path, None) == tmp_path / "llmgate.toml"
     assert matrix.discover(tmp_path, "other.toml") == tmp_path / "other.toml"
+
+
+def test_max_model_len_beyond_the_models_positions_is_refused_where_the_engine_refuses_it(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    entry = '[[matrix]]\nid = "e"\nengine = "vllm"\nmodel = "m"\nmax_model_len = 65536\n'
+
+    def config(**c):
+        (folder / "config.json").write_text(json.dumps(c))
+
+    config(max_position_embeddings=32768)
+    with pytest.raises(MatrixError, match="key 'max_model_len': 65536 is more than the 32768 positions"):
+        load_text(tmp_path, entry)
+    # vLLM's own switch lets it through, and so does the matrix
+    load_text(tmp_path, entry + 'env = { VLLM_ALLOW_LONG_MAX_MODEL_LEN = "1" }\n')
+    # a rope scaling that vLLM multiplies the positions by: not judged here
+    config(max_position_embeddings=32768, rope_scaling={"rope_type": "yarn", "factor": 4.0})
+    load_text(tmp_path, entry)
+    # one that keeps them (Llama 3's) is
+    config(max_position_embeddings=32768, rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    with pytest.raises(MatrixError, match="65536 is more than the 32768"):
+        load_text(tmp_path, entry)
+    # a multimodal config keeps it in text_config
+    config(text_config={"max_position_embeddings": 8192})
+    with pytest.raises(MatrixError, match="65536 is more than the 8192"):
+        load_text(tmp_path, entry)
+    # a [models] shape says it in its spec: nothing is built to know
+    with pytest.raises(MatrixError, match="65536 is more than the 4096 positions model 'small' has"):
+        load_text(tmp_path, '[models.small]\nmax_position = 4096\n' + entry.replace('"m"', '"small"'))
+    assert not list(tinymodel.default_cache_dir().glob("small-*"))

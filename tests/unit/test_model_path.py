@@ -190,3 +190,16 @@ def test_exact_length_prompts_with_a_sentencepiece_style_tokenizer(tmp_path, sty
         assert len(tok.encode(text).ids) == n
     a, b = prompts.shared_prefix(40, 8, "p", 1), prompts.shared_prefix(40, 8, "p", 2)
     assert tok.encode(a).ids[:40] == tok.encode(b).ids[:40] and len(tok.encode(a).ids) == 48
+
+
+@pytest.mark.parametrize("n_tokens, words", [(64, 7), (1024, 31)])
+def test_a_lookup_prompt_holds_every_pair_of_its_words(tiny, n_tokens, words):
+    """The n-gram lever's workload: generation restricted to the prompt's words ends, at every step,
+    in a pair the context already holds, whatever the model emits (the n-gram drafter proposes)."""
+    prompts = PromptMaker(tiny)
+    text, ids = prompts.lookup(n_tokens, "spec-lookup-p64-0:0")
+    assert prompts.count(text) == n_tokens and len(ids) == words
+    body = prompts.tok.encode(text, add_special_tokens=False).ids
+    assert set(body) == set(ids)
+    assert {(a, b) for a, b in zip(body, body[1:])} == {(a, b) for a in ids for b in ids}
+    assert prompts.lookup(n_tokens, "other:0")[1] != ids                 # another seed, other words

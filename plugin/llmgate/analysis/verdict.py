@@ -446,23 +446,31 @@ def attribution(client: Verdict, parts: dict[str, Verdict]) -> str | None:
     def delta_ms(v: Verdict) -> float:
         return (v.now.median - v.baseline.median) * 1000.0        # type: ignore[union-attr]
 
-    items: list[tuple[str, float, Verdict | None]] = []
+    # (name, change in ms, the part's verdict, the part's floor in ms: its metric's min_abs_effect)
+    items: list[tuple[str, float, Verdict | None, float]] = []
     for k in ("frontend", "queue", "prefill"):
         if k in have:
-            items.append((PART_NAMES[k], delta_ms(have[k]), have[k]))
+            items.append((PART_NAMES[k], delta_ms(have[k]), have[k], have[k].metric.min_abs_effect * 1000.0))
     if "ttft" in have and ("queue" in have or "prefill" in have):
         other = delta_ms(have["ttft"]) - sum(delta_ms(have[k]) for k in ("queue", "prefill") if k in have)
-        items.append(("engine other", other, None))
+        # a difference of parts: within the floors of what it is computed from (a queue's sub-ms
+        # wobble shows up here with the opposite sign)
+        floor = sum(have[k].metric.min_abs_effect for k in ("ttft", "queue", "prefill") if k in have) * 1000.0
+        items.append(("engine other", other, None, floor))
     elif "ttft" in have:
-        items.append((PART_NAMES["ttft"], delta_ms(have["ttft"]), have["ttft"]))
+        items.append((PART_NAMES["ttft"], delta_ms(have["ttft"]), have["ttft"], have["ttft"].metric.min_abs_effect * 1000.0))
     if not items:
         return None
     text = []
-    for name, ms, v in items:
+    for name, ms, v, floor in items:
+        # a relative change only of a baseline above the part's floor: a queue of ~0.0 ms that moves
+        # by 0.1 ms is +70% of nothing; its absolute floor judges it (and its verdict says so)
         rel = (f" ({v.change:+.0%})" if v is not None and v.change is not None and v.baseline is not None
-               and abs(v.baseline.median) > 1e-4 else "")
+               and abs(v.baseline.median) > max(1e-4, v.metric.min_abs_effect) else "")
         status = f" {v.status}" if v is not None and v.status not in (UNCHANGED, NO_BASELINE) else ""
         text.append(f"{name} {ms:+.1f} ms{rel}{status}")
-    moved = max(items, key=lambda x: abs(x[1]))
     total = (client.now.median - client.baseline.median) * 1000.0
-    return f"where (engine timers, window means): {', '.join(text)}; client {total:+.1f} ms; most of it: {moved[0]}"
+    # "most of it": the largest move among the parts that moved beyond their floor
+    beyond = [it for it in items if abs(it[1]) > it[3]]
+    most = f"most of it: {max(beyond, key=lambda x: abs(x[1]))[0]}" if beyond else "no part moved beyond its floor"
+    return f"where (engine timers, window means): {', '.join(text)}; client {total:+.1f} ms; {most}"

@@ -21,6 +21,7 @@ Every problem is reported as one line naming the file, the entry and the key.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tomllib
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any
 
 from llmgate.core.types import (CONTEXT_DRAFT_METHODS, DEVICES, ID_RE, LEVERS, SECRET,  # noqa: F401  (public here)
                                 TRAINED_DRAFT_METHODS, MatrixError, ServerConfig, spec_acceptance_caveat,
-                                spec_acceptance_meaningful)
+                                drafts_from_context, spec_acceptance_meaningful)
 from llmgate import engines
 from llmgate.models import tinymodel, tokenizer
 
@@ -46,7 +47,7 @@ class Scenarios:
     prefix_suffix_tokens: int = 32
     prefix_repeats: int = 3
     prefix_min_reduction: float = 0.5     # with caching on: TTFT reduction expected at the longest prefix
-    prefix_max_reduction_off: float = 0.2  # with caching off: |reduction| must stay below this
+    prefix_max_reduction_off: float = 0.2  # with caching off: the reduction must stay below this
     spec_prompt_tokens: tuple[int, ...] = (64, 2048)   # acceptance at a short and at a long prompt
     spec_output_tokens: int = 256
     probe_start: int | None = None        # max_model_len asked for first (default: the model's maximum)
@@ -344,6 +345,8 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         entry = ServerConfig(**values, source=where)
         if check_paths:
             _check_model_paths(entry, adapter, models, f"{where}: {label}")
+        if check_paths or entry.model in models:
+            _check_max_model_len(entry, adapter, models, f"{where}: {label}")
         entries.append(entry)
     return Matrix(tuple(entries), models, where, _scenarios(data.get("scenarios") or {}, where))
 
@@ -367,6 +370,44 @@ def _check_model_paths(cfg: ServerConfig, adapter: Any, models: dict[str, tinymo
         if why:
             raise MatrixError(f"{where}: key 'model': {why}: needed for exact-length prompts "
                               f"(set tokenizer = \"FOLDER\" to a folder that has one)")
+
+
+# rope scalings whose factor vLLM multiplies the model's positions by (the others keep them:
+# vllm/config/model.py, _get_and_verify_max_len); with one of those the limit is not checked here
+_ROPE_KEEPS_POSITIONS = ("default", "su", "longrope", "llama3")
+
+
+def model_positions(model: str, models: dict[str, tinymodel.TinySpec]) -> tuple[int, str] | None:
+    """How many positions a model has, and where that is said: a [models] shape's ``max_position``
+    (nothing is built), or the ``max_position_embeddings`` of a model folder's config.json; None
+    where neither says it plainly (a single file, no config.json, a rope scaling that extends it)."""
+    if model in models:
+        return models[model].max_position, f"model {model!r} has (its max_position)"
+    config = Path(model) / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+    n = text.get("max_position_embeddings", data.get("max_position_embeddings"))
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return None
+    for rope in (text.get("rope_scaling"), text.get("rope_parameters")):
+        if isinstance(rope, dict) and rope.get("factor") not in (None, 1, 1.0) and \
+                str(rope.get("rope_type", rope.get("type", "default"))) not in _ROPE_KEEPS_POSITIONS:
+            return None
+    return n, f"{config} allows (max_position_embeddings)"
+
+
+def _check_max_model_len(cfg: ServerConfig, adapter: Any, models: dict[str, tinymodel.TinySpec], where: str) -> None:
+    """A max_model_len beyond the model's positions, on an engine that refuses it at boot: one line now."""
+    limit = model_positions(cfg.model, models)
+    if limit is None or cfg.max_model_len <= limit[0] or adapter.max_len_beyond_model(cfg):
+        return
+    raise MatrixError(f"{where}: key 'max_model_len': {cfg.max_model_len} is more than the {limit[0]} positions "
+                      f"{limit[1]}; {cfg.engine} refuses it at boot: set max_model_len to at most {limit[0]}")
 
 
 def _check_gpu_budget(merged: dict[str, Any], where: str) -> None:

@@ -28,6 +28,11 @@ TRAINED_DRAFT_METHODS = ("draft_model", "standalone", "eagle", "eagle3", "mtp", 
                          "mlp_speculator", "dflash", "dspark", "extract_hidden_states")
 
 
+def drafts_from_context(cfg: "ServerConfig") -> bool:
+    """Whether the entry's speculative drafts come from the context (CONTEXT_DRAFT_METHODS)."""
+    return str((cfg.speculative or {}).get("method", "")).lower() in CONTEXT_DRAFT_METHODS
+
+
 def spec_acceptance_meaningful(cfg: "ServerConfig", models: dict[str, Any] | None = None) -> str | None:
     """None when the entry's speculative acceptance is a figure to record and compare; else why not.
 
@@ -38,7 +43,7 @@ def spec_acceptance_meaningful(cfg: "ServerConfig", models: dict[str, Any] | Non
     with the target by construction and count.  An unknown method is not counted."""
     spec = cfg.speculative or {}
     method = str(spec.get("method", "")).lower()
-    if method in CONTEXT_DRAFT_METHODS:
+    if drafts_from_context(cfg):
         return None
     trained = method in TRAINED_DRAFT_METHODS or method.endswith("_mtp")
     if not trained:

@@ -63,6 +63,11 @@ class Engine(Protocol):
         """None when this engine can load ``model`` (a folder or file that exists); otherwise what is
         missing, in one line (checked when the matrix is loaded and again before the boot)."""
 
+    def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
+        """Whether the engine serves ``cfg`` with a ``max_model_len`` beyond the model's own
+        positions (config.json's ``max_position_embeddings``); False: it refuses at boot, and the
+        matrix refuses such an entry when it is loaded."""
+
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
         """The model as this engine loads it (a converted or quantized copy, cached), from a folder or file."""
 
@@ -104,6 +109,10 @@ class Engine(Protocol):
 
     def token_ids_fields(self) -> dict[str, Any]:
         """Request fields that make a non-streamed completion return its token ids."""
+
+    def allowed_tokens_fields(self, token_ids: list[int]) -> dict[str, Any] | None:
+        """Request fields that let the engine generate only ``token_ids`` (with speculative decoding
+        too); None if unsupported."""
 
     def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:
         """The token ids of one completion choice; None when the response has none."""
@@ -189,6 +198,9 @@ class BaseAdapter:
     def check_model(self, cfg: ServerConfig, model: Path) -> str | None:
         return None
 
+    def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
+        return True
+
     def prepare_model(self, cfg: ServerConfig, model: Path) -> Path:
         return model
 
@@ -246,6 +258,9 @@ class BaseAdapter:
 
     def token_ids_fields(self) -> dict[str, Any]:
         return {}
+
+    def allowed_tokens_fields(self, token_ids: list[int]) -> dict[str, Any] | None:
+        return None
 
     def extract_token_ids(self, choice: dict[str, Any]) -> list[int] | None:
         ids = choice.get("token_ids")

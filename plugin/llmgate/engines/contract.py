@@ -135,12 +135,16 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
             (f"fixed_length_fields({d} config, 2)", lambda c=cfg: a.fixed_length_fields(c, 2), _json_dict),
             (f"fixed_length_fields({d} config, None)", lambda c=cfg: a.fixed_length_fields(c, None), _json_dict),
             (f"gpu_budget_bytes({d} config, 80 GB)", lambda c=cfg: a.gpu_budget_bytes(c, 80 * 10**9), _budget),
+            (f"max_len_beyond_model({d} config)", lambda c=cfg: a.max_len_beyond_model(c),
+             lambda v: None if isinstance(v, bool) else "not a bool"),
         ]
         calls += [(f"cannot({lever!r}, {d} config)", lambda lv=lever, c=cfg: a.cannot(lv, c), _none_or_line)
                   for lever in (*LEVERS, "limits")]
     calls += [
         ("stream_fields()", lambda: a.stream_fields(), _json_dict),
         ("token_ids_fields()", lambda: a.token_ids_fields(), _json_dict),
+        ("allowed_tokens_fields([5, 7])", lambda: a.allowed_tokens_fields([5, 7]),
+         lambda v: None if v is None else _json_dict(v)),
         ("extract_token_ids({'token_ids': [1, 2]})", lambda: a.extract_token_ids({"token_ids": [1, 2], "text": "ab"}),
          lambda v: None if v is None or (isinstance(v, list) and all(isinstance(i, int) for i in v)) else "not None or a list of ints"),
         ("extract_token_ids({})", lambda: a.extract_token_ids({}), lambda v: None if v is None else "not None"),

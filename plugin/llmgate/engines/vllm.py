@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -140,6 +141,12 @@ class Adapter(PythonModuleAdapter):
         util = 0.9 if util is None else util
         return math.ceil(total_bytes * util), f"{how} × {total_bytes / (1 << 30):.1f} GiB"
 
+    def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
+        # vllm/config/model.py (_get_and_verify_max_len): a max_model_len above the model's derived
+        # length is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (in the entry's env or ours)
+        allow = cfg.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", ""))
+        return allow.strip().lower() in ("1", "true")
+
     def environment(self, cfg: ServerConfig) -> dict[str, str]:
         env = {
             **super().environment(cfg),
@@ -163,6 +170,12 @@ class Adapter(PythonModuleAdapter):
 
     def token_ids_fields(self) -> dict[str, Any]:
         return {"return_token_ids": True}
+
+    def allowed_tokens_fields(self, token_ids: list[int]) -> dict[str, Any] | None:
+        # SamplingParams.allowed_token_ids: a mask on the target's logits that V1's rejection sampler
+        # applies to speculative steps too (vllm/v1/sample/rejection_sampler.py); logit_bias is not
+        # applied there ("min_p and logit_bias parameters won't work with speculative decoding")
+        return {"allowed_token_ids": list(token_ids)}
 
     def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
         http.post(base_url + "/reset_prefix_cache").raise_for_status()

@@ -72,12 +72,59 @@ class PromptMaker:
             raise AssertionError(f"prompt of {n_tokens} tokens came out as {got}; the tokenizer merges across words")
         return text
 
+    def lookup(self, n_tokens: int, seed: int | str) -> tuple[str, list[int]]:
+        """A prompt of exactly ``n_tokens`` tokens over a small alphabet of single-token words in
+        which every ordered pair of those words occurs (a de Bruijn sequence of order 2, repeated to
+        the length), and the alphabet's token ids.  Generation restricted to that alphabet then
+        ends, at every step, in a pair that occurs earlier in the context: a prompt-lookup drafter
+        whose shortest n-gram is 1 or 2 tokens finds a match and proposes, whatever the weights
+        emit.  The alphabet is the largest with all its pairs in the prompt (7 words at 64 tokens)."""
+        body = n_tokens - self.specials
+        k = math.isqrt(body - 1) if body > 1 else 0
+        if k < 2:
+            raise ValueError(f"a lookup prompt needs at least {self.specials + 5} tokens with this tokenizer")
+        rng = random.Random(f"llmgate-lookup:{seed}")
+        alphabet = rng.sample(self.words, min(k, len(self.words)))
+        cycle = _de_bruijn_pairs(len(alphabet))
+        text = "".join(alphabet[cycle[i % len(cycle)]] for i in range(body))
+        got = self.count(text)
+        if got != n_tokens and self.count(text[1:]) == n_tokens:
+            text, got = text[1:], n_tokens      # a tokenizer that puts "▁" before the text itself
+        if got != n_tokens:
+            raise AssertionError(f"prompt of {n_tokens} tokens came out as {got}; the tokenizer merges across words")
+        ids = sorted(set(self.tok.encode(text, add_special_tokens=False).ids))
+        if len(ids) != len(alphabet):
+            raise AssertionError(f"a lookup prompt over {len(alphabet)} words came out as {len(ids)} distinct tokens")
+        return text, ids
+
     def shared_prefix(self, prefix_tokens: int, suffix_tokens: int, prefix_seed: int | str, suffix_seed: int | str) -> str:
         """A prompt whose first ``prefix_tokens`` tokens are the same for the same ``prefix_seed``."""
         prefix = self.text(prefix_tokens, prefix_seed)
         rng = random.Random(f"llmgate-suffix:{suffix_seed}")
         suffix = "".join(rng.choice(self.words) for _ in range(suffix_tokens))
         return prefix + suffix
+
+
+def _de_bruijn_pairs(k: int) -> list[int]:
+    """A cyclic sequence over ``range(k)`` of length k² in which every ordered pair (a, b), a == b
+    included, occurs exactly once (the de Bruijn sequence B(k, 2), Lyndon-word construction); its
+    first k² + 1 elements, read linearly, hold every pair."""
+    seq: list[int] = []
+    a = [0] * 3
+
+    def db(t: int, p: int) -> None:
+        if t > 2:
+            if 2 % p == 0:
+                seq.extend(a[1:p + 1])
+            return
+        a[t] = a[t - p]
+        db(t + 1, p)
+        for j in range(a[t - p] + 1, k):
+            a[t] = j
+            db(t + 1, t)
+
+    db(1, 1)
+    return seq
 
 
 @dataclasses.dataclass

@@ -7,10 +7,13 @@ KeyboardInterrupt in the main thread, so pytest's own interrupt path runs: the r
 stops, ``pytest_sessionfinish`` stops every server and writes the report of what was measured,
 and pytest exits with status 2 (interrupted).
 
-A second signal (SIGINT, SIGTERM or SIGHUP) while the session is already stopping does not
-interrupt the stopping: it makes it hurry (servers are killed at once instead of being given
-their grace period), so a cancel sequence of SIGINT, SIGTERM, then SIGKILL a few seconds
-later still finds the servers stopped and the report written.
+A second signal (SIGINT, SIGTERM or SIGHUP) after the first does not interrupt the stopping: it
+makes it hurry (servers are killed at once instead of being given their grace period), so a
+cancel sequence of SIGINT, SIGTERM, then SIGKILL a few seconds later still finds the servers
+stopped and the report written.  That holds from the first signal on, not only once pytest has
+begun to stop the session: a Ctrl-C during a boot stops that server as the boot unwinds
+(``Server.start``), before pytest's interrupt hook runs, and a second Ctrl-C raised there broke
+that stop off (pytest exited while vLLM was still shutting down, its record left behind).
 
 Should the main thread not get to stop the servers (stuck in a call that does not return; seen
 once in five SIGTERMs mid-measurement, cause not found), a helper thread does it ``STUCK_S``
@@ -39,6 +42,7 @@ class Interrupts:
         self.on_stuck: list[Callable[[str], None]] = []
         self._previous: dict[int, Any] = {}
         self._timer: threading.Timer | None = None
+        self._again = False                   # the stuck helper's own interrupt: raised like the first
 
     def install(self) -> bool:
         """Install the handlers (main thread only); False where they cannot be."""
@@ -70,9 +74,10 @@ class Interrupts:
 
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        if self.stopping:
-            HURRY.set()
+        if self.stopping or (self.received is not None and not self._again):
+            HURRY.set()                         # the first one is being handled: hurry it, never break it off
             return
+        self._again = False
         if self.received is None:
             self.received = name
             self._timer = threading.Timer(STUCK_S, self._stuck, (name,))
@@ -87,6 +92,7 @@ class Interrupts:
             except Exception as e:              # a helper thread: say it, never raise
                 print(f"llmgate: after {name}: {e!r}", file=sys.__stderr__, flush=True)
         if not self.stopping:                   # the main thread is still where the signal found it
+            self._again = True                  # this one raises again (a later one from outside only hurries)
             try:
                 _thread.interrupt_main(getattr(signal, name))
             except (ValueError, OSError, AttributeError):

@@ -30,7 +30,7 @@ from llmgate.load.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerDied, ServerHandle
 from llmgate.runner.settings import Settings
 from llmgate.analysis.stats import Noise, median
-from llmgate.analysis.verdict import REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
+from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
 
 if TYPE_CHECKING:
     from llmgate.runner.session import GateSession
@@ -286,6 +286,29 @@ class Gate:
         """What this entry's (meaningful) speculative acceptance still does not say, e.g. that n-gram
         acceptance on random weights is an upper bound; None when nothing."""
         return matrix_mod.spec_acceptance_caveat(self.entry, self.matrix.models)
+
+    def lookup_workload(self) -> bool:
+        """Whether this entry measures the speculative scenario's prompt-lookup workload
+        (``lookup_requests``): its drafts come from the context, or it is the reference of an entry
+        whose drafts do; and its engine can restrict generation to the prompt's words."""
+        cfg = self._config_entry
+        if cfg is None or self.server.engine.allowed_tokens_fields([0]) is None:
+            return False
+        return matrix_mod.drafts_from_context(cfg) or any(
+            e.reference == cfg.id and matrix_mod.drafts_from_context(e) for e in self.matrix.entries)
+
+    def lookup_requests(self, n: int, prompt_tokens: int, output_tokens: int, seed: str) -> list[Request]:
+        """``n`` requests whose prompts (``prompts.lookup``, seeds ``{seed}:0`` …) hold every pair of
+        a few words, each generating exactly ``output_tokens`` of those words only: an n-gram
+        drafter finds its match at every step, whatever the model emits."""
+        out = []
+        for i in range(n):
+            text, ids = self.prompts.lookup(prompt_tokens, f"{seed}:{i}")
+            fields = self.server.engine.allowed_tokens_fields(ids)
+            if fields is None:
+                raise ValueError(f"{self.server.engine.name} cannot restrict generation to a set of tokens")
+            out.append(self.request(text, output_tokens, prompt_tokens=prompt_tokens, **fields))
+        return out
 
     def _http(self):
         if getattr(self, "_client", None) is None:
@@ -589,8 +612,12 @@ class Gate:
         cfg = self._config_entry
         v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
                   [failed / total], None)
+        # no failure: "unchanged" where the test's figures were compared with a baseline, "no
+        # baseline" where none of them was (a save run), as every other row of the test says
+        others = [o.status for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
+        unfailed = NO_BASELINE if others and all(s == NO_BASELINE for s in others) else UNCHANGED
         v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
-                                status=REGRESSED if failed else UNCHANGED, note=f"{failed} of {total} requests failed")
+                                status=REGRESSED if failed else unfailed, note=f"{failed} of {total} requests failed")
         self.verdicts.append(v)
         self.session.verdicts.append(v)
         self._request_counts = [0, 0]

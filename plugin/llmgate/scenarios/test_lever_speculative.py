@@ -4,7 +4,10 @@ Per entry with a speculative configuration, at a short and at a long prompt: acc
 rate (accepted / draft tokens), mean acceptance length (1 + accepted / drafts) and
 per-position acceptance, from /metrics counter deltas around each request; and decode
 tok/s divided by the reference entry's (same model without speculation, same session).
-The reference entry runs the same workload and records its decode speed.
+The reference entry runs the same workload and records its decode speed.  An entry whose drafts
+come from the context (n-gram) runs the lookup workload instead (``lookup-p64``: a prompt holding
+every pair of a few words, generation restricted to them), where its drafter proposes by
+construction; its reference runs both.
 
 Acceptance is recorded (and compared with baselines and the seed) only where it means something
 (``gate.acceptance_meaningful()``): drafts from the context (n-gram prompt lookup)
@@ -35,15 +38,31 @@ def test_speculative_decoding(gate):
     caveat = gate.acceptance_caveat() if cfg.speculative and not not_meaningful else None
     if caveat:
         gate.note(caveat)
+    # The workloads.  Drafts from the context (n-gram prompt lookup) are proposed only where the
+    # context's last n tokens (n >= prompt_lookup_min) occurred before in it (vLLM 0.32:
+    # v1/spec_decode/ngram_proposer.py, _find_longest_matched_ngram_and_propose_tokens, over prompt
+    # and output).  Which tokens a random-weight model repeats depends on the machine's floating
+    # point (a new machine proposed none at p64), so such an entry measures the lookup workload:
+    # every pair of a few words is in the prompt and generation is restricted to those words, so
+    # every step ends in a pair seen before and the drafter proposes, whatever the model emits
+    # (gate.lookup_requests).  Its reference measures that workload too, beside the plain one
+    # that the other entries (a draft model, whose drafts are not restricted) are compared with.
+    lookup = gate.lookup_workload()
+    workloads = []
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
-        variant = f"p{n_prompt}"
-        gate.sequential(n_prompt, sc.spec_output_tokens, 0, seed=f"spec-warm-{variant}")
+        if not (lookup and cfg.speculative):
+            workloads.append((f"p{n_prompt}", n_prompt, gate.fresh_requests))
+        if lookup:
+            workloads.append((f"lookup-p{n_prompt}", n_prompt, gate.lookup_requests))
+    for variant, n_prompt, make in workloads:
+        if st.warmup:
+            gate.run(make(st.warmup, n_prompt, sc.spec_output_tokens, f"spec-warm-{variant}"), 1, account=False)
         acceptances, samples = [], []
         for r in range(st.repeats):
             before = gate.scrape()
-            res = gate.run(gate.fresh_requests(1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
+            res = gate.run(make(1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
             after = gate.scrape()
             samples += res.ok
             acceptances.append(h.engine.spec_acceptance(gate.delta(before, after)))

@@ -655,7 +655,7 @@ def validate_file(path: Path) -> None:
     except UnicodeDecodeError as e:
         raise bad(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
-        raise bad(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise bad(f"not valid JSON: {e.msg}: line {e.lineno} column {e.colno}") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise bad("not a pytest-benchmark result (no 'benchmarks' list)")
     for i, b in enumerate(data["benchmarks"]):
