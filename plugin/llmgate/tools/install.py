@@ -170,7 +170,9 @@ def _sdist(log=print) -> Path:
     sdists = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
     if not sdists:
         log(f"downloading the {LLAMA_CPP_PYTHON} sdist (llama.cpp source) from the package index")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        # the sdist, not a wheel, of llama-cpp-python only: pip prepares its metadata, and with
+        # --no-binary :all: it built the build requirements from source too (CMake bootstrapped: minutes)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", LLAMA_CPP_PYTHON.split("==")[0],
                         "-d", str(downloads), LLAMA_CPP_PYTHON], check=True)
         sdists = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
     return sdists[-1]
