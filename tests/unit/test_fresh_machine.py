@@ -82,3 +82,4 @@ def test_a_readme_without_two_quick_start_commands_fails_before_running_anything
     r = subprocess.run([BASH, str(SCRIPT), str(repo)], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and r.stdout.splitlines()[-1] == \
         "::: fresh machine: FAIL (the README's Quick start holds 1, not 2 commands)", r.stdout
+    assert "logs in" not in r.stdout and not Path(re.search(r"cloned into (\S+)/llmgate", r.stdout).group(1)).exists()

@@ -35,10 +35,9 @@ for arg in "$@"; do
 done
 
 work=$(mktemp -d /tmp/llmgate-fresh.XXXXXX)
-logs=$(mktemp -d /tmp/llmgate-fresh-logs.XXXXXX)
 cleanup() { [ "$keep" = 1 ] || rm -rf "$work"; }
 trap cleanup EXIT
-echo "::: fresh machine: $repo cloned into $work/llmgate; logs in $logs"
+echo "::: fresh machine: $repo cloned into $work/llmgate"
 git clone -q "$repo" "$work/llmgate" || { echo "::: fresh machine: FAIL (git clone $repo)"; exit 2; }
 cd "$work/llmgate" || exit 2
 echo "::: commit $(git rev-parse --short HEAD) ($(git log -1 --format=%s | cut -c1-80))"
@@ -48,6 +47,9 @@ if [ "${#cmds[@]}" -ne 2 ]; then
   echo "::: fresh machine: FAIL (the README's Quick start holds ${#cmds[@]}, not 2 commands)"
   exit 2
 fi
+
+logs=$(mktemp -d /tmp/llmgate-fresh-logs.XXXXXX)
+echo "::: logs in $logs"
 
 # empty caches and a new user's environment
 for v in $(compgen -e | grep '^LLMGATE_'); do unset "$v"; done
