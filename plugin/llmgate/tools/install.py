@@ -273,8 +273,11 @@ def build_llama_server(jobs: int | None = None, log=print, cuda_arch: str | None
         except BuildIncomplete:
             raise
         except Exception as e:          # what await_llama_server reports, in one line
-            why = (f"`{' '.join(map(str, e.cmd[:2]))}` exited with status {e.returncode}"
-                   if isinstance(e, subprocess.CalledProcessError) else f"{type(e).__name__}: {e}")
+            if isinstance(e, subprocess.CalledProcessError):    # `cmake --build`, `python3 -m pip download`
+                words = [Path(str(e.cmd[0])).name, *map(str, e.cmd[1:])]
+                why = f"`{' '.join(words[:4 if words[1:2] == ['-m'] else 2])}` exited with status {e.returncode}"
+            else:
+                why = f"{type(e).__name__}: {e}"
             failed.write_text(json.dumps({"pid": os.getpid(), "error": why, "at": time.strftime("%Y-%m-%d %H:%M:%S")}))
             raise
 
