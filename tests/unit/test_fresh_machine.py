@@ -83,3 +83,27 @@ def test_a_readme_without_two_quick_start_commands_fails_before_running_anything
     assert r.returncode == 2 and r.stdout.splitlines()[-1] == \
         "::: fresh machine: FAIL (the README's Quick start holds 1, not 2 commands)", r.stdout
     assert "logs in" not in r.stdout and not Path(re.search(r"cloned into (\S+)/llmgate", r.stdout).group(1)).exists()
+
+
+def test_a_build_the_commands_left_running_is_stopped_before_its_folder_goes(tmp_path):
+    """Command 2 ends early (a failed tier) while the llama-server build it started runs on in its own
+    session: the script stops that session (the build lock names it) before removing the caches."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    lock = '"$LLMGATE_CACHE/llama.cpp/build.lock"'
+    (repo / "README.md").write_text(
+        "## Quick start\n\n```\ntrue\n"
+        f"mkdir -p \"$LLMGATE_CACHE/llama.cpp\" && (setsid sh -c 'echo $$ > {lock}; exec flock {lock} sleep 300' "
+        ">/dev/null 2>&1 &) && sleep 1 && exit 1\n```\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "readme"]):
+        subprocess.run([GIT, *cmd], cwd=repo, env=env, check=True)
+    r = subprocess.run([BASH, str(SCRIPT), str(repo)], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1, r.stdout
+    m = re.search(r"^::: stopping the llama-server build left running \(session (\d+)\)$", r.stdout, re.M)
+    assert m, r.stdout
+    pid = int(m.group(1))
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    assert not Path(re.search(r"cloned into (\S+)/llmgate", r.stdout).group(1)).exists()
+    shutil.rmtree(re.search(r"logs in (\S+)", r.stdout).group(1))

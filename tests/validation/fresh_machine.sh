@@ -35,7 +35,21 @@ for arg in "$@"; do
 done
 
 work=$(mktemp -d /tmp/llmgate-fresh.XXXXXX)
-cleanup() { [ "$keep" = 1 ] || rm -rf "$work"; }
+# a llama-server build that command 2 started in the background (its own session, the build lock's
+# pid) and left running, when it stopped early: stopped before its folder goes (--keep: left to end)
+cleanup() {
+  local lock="$work/llmgate-cache/llama.cpp/build.lock" pid
+  [ "$keep" = 1 ] && return
+  if [ -f "$lock" ] && ! flock -n -s "$lock" true 2>/dev/null; then
+    pid=$(tr -dc 0-9 <"$lock")
+    if [ -n "$pid" ]; then
+      echo "::: stopping the llama-server build left running (session $pid)"
+      pkill -TERM -s "$pid" 2>/dev/null
+      flock -w 30 -s "$lock" true 2>/dev/null
+    fi
+  fi
+  rm -rf "$work"
+}
 trap cleanup EXIT
 echo "::: fresh machine: $repo cloned into $work/llmgate"
 git clone -q "$repo" "$work/llmgate" || { echo "::: fresh machine: FAIL (git clone $repo)"; exit 2; }
