@@ -354,7 +354,10 @@ def _unused_pid() -> int:
 
 def test_busy_gpu_names_the_process_holding_it():
     holder = H200["holder"]["pid"]
-    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpu-holder-stand-in"])
+    # named python3 on its command line, whatever the interpreter's path: a longer one (a clone in a
+    # temporary folder) had the line cut at 100 characters before the name this test looks for
+    stand_in = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", "gpu-holder-stand-in"],
+                                executable=sys.executable)
     try:
         nvml = fake_nvml(H200, {holder: stand_in.pid})
         msg = device.busy_gpu("h200-entry", {}, 1, vllm_budget(0.9), nvml)
@@ -364,7 +367,7 @@ def test_busy_gpu_names_the_process_holding_it():
         # CUDA's total (NVML's less the reserved 615 MiB) and free, as vLLM reads them: 139.8 / 39.3 GiB
         assert lines[1] == ("GPU 0 (NVIDIA H200) has 39.3 GiB free of 139.8 GiB; the entry needs 125.8 GiB "
                             "(gpu_memory_utilization 0.9 × 139.8 GiB)")
-        assert lines[3].startswith(f"    pid {stand_in.pid}: 100.5 GiB: {sys.executable} -c import time; "
+        assert lines[3].startswith(f"    pid {stand_in.pid}: 100.5 GiB: python3 -c import time; "
                                    f"time.sleep(60) gpu-holder-stand-in (user ")
     finally:
         stand_in.kill()

@@ -2,9 +2,10 @@
 folder without xdist, after the others); those that boot a real engine say so (``real_engine``).
 
 Alone among the tests, not on an idle machine: their assertions allow for a machine that does
-other work (README, "Contributing"), and CI builds llama-server in the background at the lowest
-priority (``.ci/run``) while they run.  The one that needs llama-server asks for
-``llama_server_built``, which waits for a build in progress, and runs last."""
+other work (README, "Contributing"), and llama-server builds in the background at the lowest
+priority while they run (started by ``tox -e selftest`` or by ``.ci/run``, one build through the
+build lock, when none is cached).  The one that needs llama-server asks for ``llama_server_built``,
+which waits for that build (or starts it when none ran), and runs last."""
 
 import pytest
 
@@ -25,8 +26,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def llama_server_built(request):
-    """Waits for a llama.cpp build in progress (``python -m llmgate.install llama-server`` in
-    another process, as CI starts it) to end, and says how long it waited."""
-    waited = install.wait_for_build(log=lambda msg: say(request.config, f"tests/timing: {msg}"))
-    if waited:
-        say(request.config, f"tests/timing: waited {waited:.0f} s for the llama.cpp build")
+    """The llama-server to run: waits for a llama.cpp build in progress (``python -m llmgate.install
+    llama-server`` in another process, as ``tox -e selftest`` and ``.ci/run`` start it), starts one
+    when none ran, and says how long it waited; a failed build fails the test in one line."""
+    try:
+        return install.await_llama_server(log=lambda msg: say(request.config, f"tests/timing: {msg}"))
+    except install.BuildFailed as e:
+        pytest.fail(str(e), pytrace=False)

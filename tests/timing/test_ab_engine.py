@@ -61,8 +61,7 @@ def test_aa_passes_and_injected_slowdown_is_caught(tmp_path, llama_server_built)
     m = matrix.load(tmp_path / "llmgate.toml")
     cfg = m.entries[0]
     binary = llamacpp.find_binary(cfg)
-    if binary is None:
-        pytest.fail("no llama-server: build it with `python -m llmgate.install llama-server` (.ci/run does)")
+    assert binary == llama_server_built, (binary, llama_server_built)
     sides = (ab.Side("A", str(binary)), ab.Side("B", str(binary), views={"B+delay": through_proxy}))
     workload = ab.standard_workload(repeats=3, warmup=1, timeout=120, concurrency=4, decode_output=128)
     result = ab.run_ab(cfg, m, tmp_path / "logs", sides, rounds=5, workload=workload)

@@ -2,6 +2,7 @@
 status with the total, on stdout and in $GITHUB_STEP_SUMMARY, also when a step fails; the first
 failure (pytest's exit 5 included) ends the script with that step's status.  Stub commands only."""
 
+import configparser
 import os
 import shutil
 import subprocess
@@ -90,3 +91,21 @@ def test_the_ci_script_dry_run_lists_its_steps_and_the_readme_commands_among_the
     assert "::: selftest: python3 -m tox -e selftest -- --durations=15" in r.stdout
     assert "::: gate: python3 -m tox -e gate" in r.stdout
     assert (tmp_path / "summary.md").read_text().count("\n| ") == 1 + len(rows)     # the header, a row each
+
+
+def test_the_readme_s_second_command_starts_the_llama_server_build_that_ci_shares(tmp_path):
+    """`tox -e selftest` alone sets up llama-server (issue 34): after gate's environment exists and
+    before the tests, it starts the build in the background (returning at once: the build runs beside
+    the tests); .ci/run starts the same build earlier, at the same priority, so that the lock makes
+    them one build (tests/unit/test_build_lock.py)."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(REPO / "tox.ini")
+    pre = [line.strip() for line in ini["testenv:selftest"]["commands_pre"].strip().splitlines()]
+    start = "{work_dir}{/}gate{/}bin{/}python -m llmgate.install llama-server --background"
+    assert start in pre, pre
+    assert any(" -e gate --notest" in line for line in pre[:pre.index(start)]), pre     # gate's python exists
+    assert "--background" not in ini["testenv:selftest"]["commands"]
+    ci = (REPO / ".ci" / "run").read_text()
+    llama_start = ci.split("llama_start() {", 1)[1].split("\n}", 1)[0]
+    assert "setsid sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 " in llama_start
+    assert "python3 -m llmgate.install llama-server'" in llama_start

@@ -52,10 +52,7 @@ KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_
 
 
 def find_binary(cfg: ServerConfig) -> Path | None:
-    for cand in (cfg.launcher, os.environ.get("LLMGATE_LLAMA_SERVER"), shutil.which("llama-server")):
-        if cand and Path(cand).is_file():
-            return Path(cand)
-    return install.built_llama_server()
+    return install.find_llama_server(cfg.launcher)
 
 
 def gguf_in(folder: Path) -> tuple[Path | None, str | None]:

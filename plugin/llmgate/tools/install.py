@@ -22,6 +22,15 @@ to 10 minutes).  ``--source`` takes the llama.cpp tree from a slim source pack m
 
 (the sdist's vendor/llama.cpp without its vocab models, docs, tests, examples and benches:
 the 77 MB sdist does not fit a 64 MiB carry; the pack names the sdist and llama.cpp commit).
+
+``--background`` (what ``tox -e selftest`` runs before its tests, README's Quick start) starts the
+same build detached and returns at once, unless a llama-server is already there (built, on PATH, or
+``$LLMGATE_LLAMA_SERVER``) or a build is in progress (``.ci/run``'s: the lock above is shared).  It
+runs as ``.ci/run`` runs its own: a session of its own whose scheduler autogroup is niced to 19,
+under ``nice -n 19``, so it takes only the CPU the tests leave idle; its output goes to
+``build.log`` in the cache folder.  ``await_llama_server`` is what the self-test that runs
+llama-server calls: it waits for a build in progress, starts one when none ran, and turns a failed
+build into one line (``BuildFailed``, from ``build-failed.json``, which a failed build writes).
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ CMAKE_FLAGS = [
 ]
 TARGETS = ["llama-server", "llama-quantize"]
 LOCK = "build.lock"          # in cache_root(): held by the process that builds, its pid inside
+BUILD_LOG = "build.log"      # in cache_root(): the output of the last build started with --background
+FAILED = "build-failed.json"  # in cache_root(): written by a build that failed, removed when one starts
 
 
 def cache_root() -> Path:
@@ -85,6 +96,19 @@ def _build_lock(log=print):
             f.truncate(0)
 
 
+def build_in_progress() -> str | None:
+    """The pid (as the lock file names it) of a llama.cpp build holding the lock now, else None."""
+    path = cache_root() / LOCK
+    if not path.is_file():
+        return None
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None
+        except BlockingIOError:
+            return f.read().strip() or "?"
+
+
 def wait_for_build(log=print) -> float:
     """Seconds spent waiting for a llama.cpp build in progress (``python -m llmgate.install``,
     another process) to end; 0 when none runs.  Says once whose build it waits for."""
@@ -100,6 +124,15 @@ def wait_for_build(log=print) -> float:
             _say_waiting(f, log)
             fcntl.flock(f, fcntl.LOCK_SH)
     return time.monotonic() - t0
+
+
+def find_llama_server(launcher: str | None = None) -> Path | None:
+    """The llama-server to run: ``launcher``, else ``$LLMGATE_LLAMA_SERVER``, else ``llama-server``
+    on PATH, else the newest one this module built; None when there is none."""
+    for cand in (launcher, os.environ.get("LLMGATE_LLAMA_SERVER"), shutil.which("llama-server")):
+        if cand and Path(cand).is_file():
+            return Path(cand)
+    return built_llama_server()
 
 
 def built_llama_server() -> Path | None:
@@ -137,7 +170,9 @@ def _sdist(log=print) -> Path:
     sdists = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
     if not sdists:
         log(f"downloading the {LLAMA_CPP_PYTHON} sdist (llama.cpp source) from the package index")
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        # the sdist, not a wheel, of llama-cpp-python only: pip prepares its metadata, and with
+        # --no-binary :all: it built the build requirements from source too (CMake bootstrapped: minutes)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", LLAMA_CPP_PYTHON.split("==")[0],
                         "-d", str(downloads), LLAMA_CPP_PYTHON], check=True)
         sdists = sorted(downloads.glob("llama_cpp_python-*.tar.gz"))
     return sdists[-1]
@@ -231,7 +266,90 @@ def build_llama_server(jobs: int | None = None, log=print, cuda_arch: str | None
     """Build llama-server and llama-quantize (see the module docstring); the binary's path.
     Raises BuildIncomplete when ``deadline_s`` ran out first (run again to continue)."""
     with _build_lock(log):
-        return _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only)
+        failed = cache_root() / FAILED
+        failed.unlink(missing_ok=True)
+        try:
+            return _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only)
+        except BuildIncomplete:
+            raise
+        except Exception as e:          # what await_llama_server reports, in one line
+            if isinstance(e, subprocess.CalledProcessError):    # `cmake --build`, `python3 -m pip download`
+                words = [Path(str(e.cmd[0])).name, *map(str, e.cmd[1:])]
+                why = f"`{' '.join(words[:4 if words[1:2] == ['-m'] else 2])}` exited with status {e.returncode}"
+            else:
+                why = f"{type(e).__name__}: {e}"
+            failed.write_text(json.dumps({"pid": os.getpid(), "error": why, "at": time.strftime("%Y-%m-%d %H:%M:%S")}))
+            raise
+
+
+class BuildFailed(RuntimeError):
+    """The last llama.cpp build failed (its one-line reason and where its output is)."""
+
+
+def last_failure() -> str | None:
+    """One line about the last build, when it failed (build-failed.json), else None."""
+    try:
+        rec = json.loads((cache_root() / FAILED).read_text())
+    except (OSError, ValueError):
+        return None
+    log_file = cache_root() / BUILD_LOG
+    return (f"the llama-server build (pid {rec.get('pid')}, {rec.get('at')}) failed: {rec.get('error')}"
+            + (f"; its output: {log_file}" if log_file.is_file() else ""))
+
+
+def start_in_background(args: list[str] | tuple[str, ...] = (), log=print) -> subprocess.Popen | None:
+    """Start ``python -m llmgate.install llama-server ARGS`` detached at the lowest priority (see the
+    module docstring) and return it at once; None, starting nothing, when a llama-server is already
+    there or a build is in progress."""
+    found = find_llama_server()
+    if found is not None:
+        log(f"llama-server already there: {found}")
+        return None
+    pid = build_in_progress()
+    if pid:
+        log(f"a llama.cpp build (pid {pid}) is in progress: not starting another")
+        return None
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / FAILED).unlink(missing_ok=True)     # the last build's failure, if any: this one replaces it
+    env = dict(os.environ)              # the child runs this very llmgate, installed or not
+    plugin_dir = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([plugin_dir, *filter(None, [env.get("PYTHONPATH")])])
+    # .ci/run's llama_start, in Python: a session of its own whose scheduler autogroup is niced to 19
+    # (where the kernel groups processes by session, a nice value weighs only against the same
+    # session's processes, and every engine server runs in a session of its own), and nice 19 in it
+    cmd = ["sh", "-c", 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$0" "$@"',
+           sys.executable, "-m", "llmgate.install", "llama-server", *args]
+    with open(root / BUILD_LOG, "w") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+    log(f"building llama-server in the background at the lowest priority (pid {proc.pid}; cold, 6-20 minutes "
+        f"of both cores), output in {root / BUILD_LOG}")
+    return proc
+
+
+def await_llama_server(args: list[str] | tuple[str, ...] = (), log=print) -> Path:
+    """The llama-server to run, waiting for a build in progress, or starting one (in the background, as
+    ``--background`` does) and waiting for it when none ran.  Raises BuildFailed, in one line, when
+    the build failed (this one or the last one)."""
+    waited = wait_for_build(log)
+    if waited:
+        log(f"waited {waited:.0f} s for the llama.cpp build")
+    found = find_llama_server()
+    if found is not None:
+        return found
+    why = last_failure()
+    if why is None:
+        t0 = time.monotonic()
+        proc = start_in_background(args, log=log)
+        rc = proc.wait() if proc is not None else 0
+        log(f"the llama.cpp build ended after {time.monotonic() - t0:.0f} s (exit status {rc})")
+        found = find_llama_server()
+        if found is not None:
+            return found
+        why = last_failure() or (f"the llama-server build exited with status {rc} and built nothing; "
+                                 f"its output: {cache_root() / BUILD_LOG}")
+    raise BuildFailed(why)
 
 
 def _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only) -> Path:
@@ -294,7 +412,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", type=Path, default=None, help="a slim source pack (llama-src) or its folder")
     ap.add_argument("--cmake-arg", action="append", default=[], help="one more CMake argument (repeatable)")
     ap.add_argument("--configure-only", action="store_true", help="run CMake's configure step, build nothing")
+    ap.add_argument("--background", action="store_true",
+                    help="start the build detached at the lowest priority and return at once (nothing when "
+                         "a llama-server is there or a build is in progress)")
     a = ap.parse_args(argv)
+    if a.background:
+        if a.what != "llama-server":
+            ap.error("--background is for llama-server")
+        forward = [*(["--jobs", str(a.jobs)] if a.jobs else []), *(["--cuda", a.cuda] if a.cuda else []),
+                   *(["--deadline-s", str(a.deadline_s)] if a.deadline_s else []),
+                   *(["--source", str(a.source.resolve())] if a.source else []),
+                   *(f"--cmake-arg={x}" for x in a.cmake_arg), *(["--configure-only"] if a.configure_only else [])]
+        start_in_background(forward, log=lambda msg: print(f"llmgate.install: {msg}", flush=True))
+        return 0
     if a.what == "llama-src":
         if not a.out:
             ap.error("llama-src needs OUT (the .tar.xz to write)")
