@@ -96,7 +96,11 @@ class Scenarios:
 
     def latency(self, device: str) -> dict[str, float]:
         """The latency lever's sizes for ``device``: the matrix's values, else LATENCY_DEFAULTS."""
-        return {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in LATENCY_DEFAULTS[device].items()}
+        return self._or_defaults(LATENCY_DEFAULTS[device])
+
+    def _or_defaults(self, defaults: dict[str, float]) -> dict[str, float]:
+        """Each of ``defaults``' keys: this table's value where the matrix set one, else the default."""
+        return {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in defaults.items()}
 
     def goodput_targets(self, cfg: ServerConfig) -> dict[str, float]:
         """(ttft_ms, tpot_ms) of an entry: its `goodput` table, else [scenarios], else the device's default."""
@@ -107,8 +111,7 @@ class Scenarios:
 
     def steady(self, device: str, concurrency: int) -> dict[str, float]:
         """The steady-state settings (``llmgate.load.workloads.Steady`` fields) of a load at ``concurrency``."""
-        d = {k: (getattr(self, k) if getattr(self, k) is not None else v)
-             for k, v in STEADY_DEFAULTS[device].items()}
+        d = self._or_defaults(STEADY_DEFAULTS[device])
         return {"min_s": d["window_s"],
                 "min_requests": int(d["decode_window_requests"] if concurrency == 1 else d["window_requests"]),
                 "max_s": max(d["window_max_s"], d["window_s"]), "warm_segment_s": d["warmup_segment_s"],
