@@ -22,7 +22,8 @@
 #    LLMGATE_SLOWDOWN_US=N: vLLM's launcher is wrapped to be N µs slower per model step
 #    (gpu/make-slow-launcher.sh: the gate's own sensitivity check; the fingerprint stays the same);
 #    LLMGATE_PREFILL_SLOWDOWN_US=N: N µs per step with prefill tokens; LLMGATE_FRONTEND_DELAY_MS=N:
-#    N ms in vLLM's API server before the engine sees a request (issue 23).
+#    N ms in vLLM's API server before the engine sees a request (issue 23); LLMGATE_ADMIT_DELAY_US=N:
+#    N µs of host work in vLLM's engine core in every step that admits a request (issue 35).
 # 4. pytest -m gpu --llmgate-matrix $LLMGATE_MATRIX (default matrices/gpu.toml; set and empty: no
 #    --llmgate-matrix, the embedded default's GPU entries) "$@", under
 #    `timeout -s INT $LLMGATE_DEADLINE_S` when that is set (pytest then stops cleanly, stops
@@ -74,7 +75,8 @@ fi
 # step (LLMGATE_SLOWDOWN_US), by N µs per step with prefill tokens (LLMGATE_PREFILL_SLOWDOWN_US,
 # above LLMGATE_PREFILL_THRESHOLD_TOKENS, default 32) or by N ms in its API server before the engine
 # sees a request (LLMGATE_FRONTEND_DELAY_MS); several set: their launchers stack
-for knob in step:LLMGATE_SLOWDOWN_US prefill:LLMGATE_PREFILL_SLOWDOWN_US frontend:LLMGATE_FRONTEND_DELAY_MS; do
+for knob in step:LLMGATE_SLOWDOWN_US prefill:LLMGATE_PREFILL_SLOWDOWN_US frontend:LLMGATE_FRONTEND_DELAY_MS \
+            admit:LLMGATE_ADMIT_DELAY_US; do
   var=${knob#*:}
   [ -n "${!var:-}" ] || continue
   LLMGATE_VLLM_PYTHON=$(KNOB=${knob%%:*} gpu/make-slow-launcher.sh "${!var}")

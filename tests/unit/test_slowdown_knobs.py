@@ -20,10 +20,11 @@ import pytest
 
 SITECUSTOMIZE = Path(__file__).resolve().parents[1] / "validation" / "slowdown" / "sitecustomize.py"
 KNOBS = ("LLMGATE_SLOWDOWN_US", "LLMGATE_PREFILL_SLOWDOWN_US", "LLMGATE_PREFILL_THRESHOLD_TOKENS",
-         "LLMGATE_FRONTEND_DELAY_MS")
+         "LLMGATE_FRONTEND_DELAY_MS", "LLMGATE_ADMIT_DELAY_US", "LLMGATE_KNOB_SWITCH")
 LLAMA = "vllm.model_executor.models.llama"
 COMPLETION = "vllm.entrypoints.openai.completion.serving"
 CHAT = "vllm.entrypoints.openai.chat_completion.serving"
+SCHEDULER = "vllm.v1.core.sched.scheduler"
 
 # the stand-ins: the names sitecustomize patches, with what vLLM's have of them
 FAKE_VLLM = {
@@ -37,6 +38,21 @@ FAKE_VLLM = {
             def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
                 LlamaForCausalLM.calls.append(positions.shape[-1])
                 return "hidden states"
+        """,
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/core/__init__.py": "",
+    "vllm/v1/core/sched/__init__.py": "",
+    "vllm/v1/core/sched/scheduler.py": """
+        import types
+
+
+        class Scheduler:
+            def __init__(self, plan):
+                self.plan = list(plan)     # the steps to come: how many new requests each admits
+
+            def schedule(self, throttle_prefills=False):
+                n = self.plan.pop(0)
+                return types.SimpleNamespace(scheduled_new_reqs=["request"] * n, throttle=throttle_prefills)
         """,
     "vllm/entrypoints/__init__.py": "",
     "vllm/entrypoints/openai/__init__.py": "",
@@ -290,3 +306,45 @@ def test_knobs_unset_patch_nothing(fake_vllm, monkeypatch, capsys, value):
     assert completion.OpenAIServingCompletion.create_completion.__module__ == COMPLETION
     assert not hasattr(completion.OpenAIServingCompletion.create_completion, "_llmgate_delayed")
     assert "llmgate" not in capsys.readouterr().err
+
+
+def test_admit_knob_waits_after_a_step_that_admits_a_request(fake_vllm, monkeypatch, capsys):
+    us = 20_000
+    knobs = load(monkeypatch, LLMGATE_ADMIT_DELAY_US=us)
+    sched = importlib.import_module(SCHEDULER)
+    assert "Scheduler.schedule waits 20000 µs in every step that admits a request" in capsys.readouterr().err
+    scheduler = sched.Scheduler([0, 1, 0, 3])
+    took, out = timed(scheduler.schedule)
+    assert out.scheduled_new_reqs == [] and knobs._state["admit_waits"] == 0       # a decode-only step
+    took, out = timed(scheduler.schedule, True)
+    assert took >= 0.99 * us / 1e6 and out.throttle is True and knobs._state["admit_waits"] == 1, took
+    scheduler.schedule(throttle_prefills=False)
+    took, _ = timed(scheduler.schedule)
+    assert took >= 0.99 * us / 1e6 and knobs._state["admit_waits"] == 2           # once a step, however many
+    err = capsys.readouterr().err
+    assert "llmgate admit delay: 20000 µs per step that admits a request asked" in err and "CPU busy wait" in err
+
+
+def test_a_switch_file_turns_knobs_on_and_off_by_name(fake_vllm, monkeypatch, tmp_path):
+    switch = tmp_path / "knobs"
+    knobs = load(monkeypatch, LLMGATE_ADMIT_DELAY_US=20_000, LLMGATE_FRONTEND_DELAY_MS=1,
+                 LLMGATE_KNOB_SWITCH=switch)
+    scheduler = importlib.import_module(SCHEDULER).Scheduler([1] * 6)
+    handler = importlib.import_module(COMPLETION).OpenAIServingCompletion().create_completion
+    scheduler.schedule()                                        # no file: every knob off
+    asyncio.run(handler("request"))
+    assert knobs._state["admit_waits"] == 0 and knobs._state["frontend_delays"] == 0
+    switch.write_text("admit\n")
+    took, _ = timed(scheduler.schedule)
+    asyncio.run(handler("request"))
+    assert took >= 0.019 and knobs._state["admit_waits"] == 1 and knobs._state["frontend_delays"] == 0
+    switch.write_text("frontend")                               # changed: read again
+    import os
+    os.utime(switch, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    scheduler.schedule()
+    asyncio.run(handler("request"))
+    assert knobs._state["admit_waits"] == 1 and knobs._state["frontend_delays"] == 1
+    switch.unlink()
+    scheduler.schedule()
+    asyncio.run(handler("request"))
+    assert knobs._state["admit_waits"] == 1 and knobs._state["frontend_delays"] == 1

@@ -69,6 +69,23 @@ it did to the engine's log (stderr), so a run shows which one was on:
   ``VLLM_USE_RUST_FRONTEND=1``, off by default, bypasses these handlers: no delay there.)
   Log: "llmgate frontend delay: …".
 
+- ``LLMGATE_ADMIT_DELAY_US=N`` (issue 35, prefill on the host): in the engine core, every scheduler
+  step that admits a new request (``SchedulerOutput.scheduled_new_reqs`` not empty: its prompt
+  tokens are in the step) busy-waits N µs after ``Scheduler.schedule`` returns and before the model
+  step runs.  ``schedule`` has taken the request's SCHEDULED timestamp by then (vLLM 0.32.0,
+  vllm/v1/core/sched/scheduler.py; ``AsyncScheduler`` inherits the method), so the wait lands in
+  vLLM's own prefill time (first token − scheduled) and TTFT: host-side work in the prefill path,
+  the kind the issue saw missed at c=1.  Written because ``LLMGATE_PREFILL_SLOWDOWN_US``, inside the
+  model's forward, did not act on the H200 (vLLM 0.26.0 compiles and graph-captures the forward:
+  gpu/README.md).  At c=1 a request is admitted once (its prompt fits one step), so its TTFT grows
+  by N µs; decode-only steps are never slowed.  Log: "llmgate admit delay: …".
+- ``LLMGATE_KNOB_SWITCH=PATH`` (with any knobs above): the knobs act only while the file PATH names
+  them (words ``step``, ``prefill``, ``admit``, ``frontend``; a missing or empty file: none), read
+  again whenever its modification time changes.  One boot then serves the same engine with a knob
+  off and on, in turns, for an independent client to measure what a knob really does
+  (gpu/knob-check.py).  The GPU kernels of ``step`` and ``prefill`` are captured into CUDA graphs
+  and cannot be switched there; ``admit`` and ``frontend`` can.
+
 How the GPU knobs work: the extra work is a kernel on the forward's CUDA stream
 (``torch.cuda._sleep``), so it serialises with the model's own kernels, and it is part of what
 vLLM captures into its CUDA graphs (the forward is called inside the capture), so it is replayed
@@ -100,7 +117,11 @@ _US = _number("LLMGATE_SLOWDOWN_US")
 _PREFILL_US = _number("LLMGATE_PREFILL_SLOWDOWN_US")
 _PREFILL_THRESHOLD = int(_number("LLMGATE_PREFILL_THRESHOLD_TOKENS", 32))
 _FRONTEND_MS = _number("LLMGATE_FRONTEND_DELAY_MS")
+_ADMIT_US = _number("LLMGATE_ADMIT_DELAY_US")
+_SWITCH = os.environ.get("LLMGATE_KNOB_SWITCH", "")
 
+# the engine core's scheduler (vLLM V1, 0.8 to 0.32): where a request is admitted
+_SCHEDULER = "vllm.v1.core.sched.scheduler"
 # the model every gate entry of the GPU matrices and the CPU defaults is declared as (a Llama shape)
 _LLAMA = "vllm.model_executor.models.llama"
 # the OpenAI handlers' entry coroutines: (module, class, method); vLLM 0.26 and 0.32, then pre-0.15
@@ -113,7 +134,28 @@ _HANDLERS = (
 _PER_PREFILL = f"per forward of more than {_PREFILL_THRESHOLD} input tokens"
 # what the knobs did in this process (the unit test reads it): forward calls that queued or did the
 # prefill wait, handler calls that were delayed; and each wait's calibration
-_state: dict = {"prefill_waits": 0, "frontend_delays": 0}
+_state: dict = {"prefill_waits": 0, "frontend_delays": 0, "admit_waits": 0}
+
+
+def _on(knob: str) -> bool:
+    """Whether ``knob`` acts now: always, unless LLMGATE_KNOB_SWITCH names a file; then while that
+    file names it (re-read when its modification time changes)."""
+    if not _SWITCH:
+        return True
+    try:
+        mtime = os.stat(_SWITCH).st_mtime_ns
+    except OSError:
+        _state["switch"] = (None, frozenset())
+        return False
+    seen = _state.get("switch")
+    if seen is None or seen[0] != mtime:
+        try:
+            with open(_SWITCH, encoding="utf-8") as f:
+                words = frozenset(f.read().split())
+        except OSError:
+            words = frozenset()
+        _state["switch"] = seen = (mtime, words)
+    return knob in seen[1]
 
 
 def _say(line: str) -> None:
@@ -181,7 +223,7 @@ def _patch_llama(module) -> None:
         import torch
 
         prefill = False
-        if _PREFILL_US > 0:
+        if _PREFILL_US > 0 and _on("prefill"):
             n = _num_tokens(args, kwargs)
             prefill = n is not None and n > _PREFILL_THRESHOLD
             if n is None and "no_count" not in _state:
@@ -190,13 +232,13 @@ def _patch_llama(module) -> None:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             capturing = torch.cuda.is_current_stream_capturing()
             # calibrated outside a capture; inside one, captured with the step
-            if _US > 0 and ("cycles" in _state or not capturing):
+            if _US > 0 and _on("step") and ("cycles" in _state or not capturing):
                 _wait_gpu(torch, "cycles", _US, "llmgate slowdown")
             if prefill and ("prefill_cycles" in _state or not capturing):
                 _wait_gpu(torch, "prefill_cycles", _PREFILL_US, "llmgate prefill slowdown", _PER_PREFILL)
                 _state["prefill_waits"] += 1
         else:
-            if _US > 0:
+            if _US > 0 and _on("step"):
                 _wait_cpu("said", _US, "llmgate slowdown")
             if prefill:
                 _wait_cpu("prefill_said", _PREFILL_US, "llmgate prefill slowdown", _PER_PREFILL)
@@ -217,8 +259,9 @@ def _patch_llama(module) -> None:
 def _delayed(original):
     @functools.wraps(original)
     async def handler(self, *args, **kwargs):
-        await asyncio.sleep(_FRONTEND_MS / 1000.0)      # before the renderer takes arrival_time
-        _state["frontend_delays"] += 1
+        if _on("frontend"):
+            await asyncio.sleep(_FRONTEND_MS / 1000.0)  # before the renderer takes arrival_time
+            _state["frontend_delays"] += 1
         return await original(self, *args, **kwargs)
 
     handler._llmgate_delayed = True
@@ -241,11 +284,35 @@ def _patch_handlers(module) -> None:
              f"renders the request (pid {os.getpid()})")
 
 
+# --- the engine core: host work when a step admits a request -------------------------------------
+
+def _patch_scheduler(module) -> None:
+    cls = getattr(module, "Scheduler", None)
+    original = getattr(cls, "schedule", None)
+    if original is None:
+        _say(f"llmgate admit delay: {module.__name__} has no Scheduler.schedule: NOT delayed")
+        return
+
+    @functools.wraps(original)
+    def schedule(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if getattr(out, "scheduled_new_reqs", None) and _on("admit"):
+            _wait_cpu("admit_said", _ADMIT_US, "llmgate admit delay", "per step that admits a request")
+            _state["admit_waits"] += 1
+        return out
+
+    cls.schedule = schedule
+    _say(f"llmgate admit delay: {module.__name__}.Scheduler.schedule waits {_ADMIT_US:g} µs in every step that "
+         f"admits a request (pid {os.getpid()})")
+
+
 # --- the import hook -------------------------------------------------------------------------
 
 _PATCHES: dict = {}
 if _US > 0 or _PREFILL_US > 0:
     _PATCHES[_LLAMA] = _patch_llama
+if _ADMIT_US > 0:
+    _PATCHES[_SCHEDULER] = _patch_scheduler
 if _FRONTEND_MS > 0:
     _PATCHES.update((name, _patch_handlers) for name, _, _ in _HANDLERS)
 _TARGETS = tuple(_PATCHES)
