@@ -24,7 +24,9 @@
 #     2. ab-admit: A/B mode, A the plain engine, B the admit knob's, K = 3 a side, TTFT at c=1
 #     3. stored:   the unchanged engine, one boot, against the committed 0011 (confirmation on)
 # env: PREFILL_US (default 1500), FRONTEND_MS (default 1), ADMIT_US (default 5000), BOOTS (default 3),
-#      STORED_S (default 450), CAMPAIGN (1 or 2, default 2), DRY=1 (print the commands)
+#      STORED_S (default 450), CAMPAIGN (1, 2 or 3: the second lease's step 3 alone, latency
+#      scenarios only; default 2), DRY=1 (print the commands).  Start it without a pipe
+#      (`... start > $OUT/start.txt`): the background run keeps a pipe open and the call waits to its limit
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/latency
@@ -52,7 +54,7 @@ start)
   mkdir -p "$work"
   LLMGATE_INSTALL_ONLY=1 gpu/run-gate.sh || exit 1            # the pack → /tmp/site-vllm, /tmp/llmgate-launchers
   rm -rf /root/lat-src && mkdir -p /root/lat-src && cp -r . /root/lat-src/ && rm -rf /root/lat-src/.gpu-vllm*
-  cd /root/lat-src && setsid nohup bash gpu/latency-campaign.sh run > "$work/campaign.log" 2>&1 < /dev/null &
+  cd /root/lat-src && setsid nohup env CAMPAIGN="${CAMPAIGN:-2}" bash gpu/latency-campaign.sh run > "$work/campaign.log" 2>&1 < /dev/null &
   sleep 5; cat "$work/campaign.log"; echo started
   ;;
 wait)
@@ -80,6 +82,10 @@ run)
       --llmgate-no-confirm
     session frontend 300 LLMGATE_FRONTEND_DELAY_MS="${FRONTEND_MS:-1}" -- --llmgate-boots 1 --benchmark-compare=0001 \
       --llmgate-no-confirm
+  elif [ "${CAMPAIGN:-2}" = 3 ]; then           # the second lease's step 3, latency scenarios only
+    files=(plugin/llmgate/scenarios/test_latency.py)
+    common=(-k "gpu-vllm-8b" --benchmark-storage="file://$PWD/baselines" -p no:cacheprovider)
+    session stored "${STORED_S:-400}" -- --llmgate-boots 1 --benchmark-compare=0011
   else                                          # 2026-12-03, second lease
     # 1. the knobs as an independent client sees them: one boot, each knob switched on in turns
     sw=$work/knob-switch
