@@ -36,12 +36,12 @@ def test_1_decode(llmgate_config, llmgate_server, llmgate_prompts, gate):
     h = llmgate_server
     if llmgate_config.id == "victim":
         threading.Timer(1.0, os.kill, (h.pid, signal.SIGKILL)).start()
-    res = load.decode_run(h, llmgate_prompts, 32, 400, 2, 0, 60, "decode")
+    res = load.decode_run(h, llmgate_prompts, 32, 400, 2, 0, 300, "decode")
     gate.requests(res)
     gate.record(metrics.DECODE_TOK_S, [s.decode_tok_s for s in res.ok])
 
 def test_2_next(llmgate_server, llmgate_prompts, gate):
-    gate.requests(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 60, "short"))
+    gate.requests(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
 """
 
 
