@@ -104,3 +104,16 @@ def test_the_commit_of_a_build_without_git_metadata_comes_from_its_manifest(tmp_
     llamacpp._version.cache_clear()
     info = llamacpp.Adapter().info(None, "", ServerConfig(id="c", engine="llamacpp", model="tiny", launcher=str(binary)))
     assert info.version == "0.5.0-dev build 0" and info.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+def test_a_source_that_is_no_pack_is_one_line_exit_2(tmp_path, capsys):
+    """--source given the sdist, its folder or a path that is not there: one line naming what it takes."""
+    tarball = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        readme = tmp_path / "README.md"
+        readme.write_text("not a slim pack")
+        tar.add(readme, arcname="llama_cpp_python-0.3.36/README.md")
+    for source in (tmp_path, tarball, tmp_path / "missing.tar.xz"):
+        assert install.main(["llama-server", "--source", str(source), "--configure-only"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "--source takes a slim source pack" in err and str(source) in err, err

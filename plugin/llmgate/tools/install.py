@@ -159,6 +159,10 @@ SRC_MANIFEST = "llmgate-src.json"
 SLIM_EXCLUDE = ("models", "docs", "tests", "examples", "benches", "media")
 
 
+class BadSource(ValueError):
+    """``--source`` is neither a slim source pack nor the folder of one (said in one line)."""
+
+
 class BuildIncomplete(RuntimeError):
     """The build stopped at its deadline; running it again continues it."""
 
@@ -205,11 +209,20 @@ def source_tree(source: Path | None = None, log=print) -> tuple[Path, dict]:
         return src / "vendor" / "llama.cpp", {"sdist": sdist.name, "sdist_sha256_16": key,
                                                "llama_cpp_commit": head.read_text().strip() if head.is_file() else None}
     source = Path(source)
+    what = ("a slim source pack written by `python -m llmgate.install llama-src OUT.tar.xz`, or the "
+            "folder it unpacks to")
     if source.is_dir():
+        if not (source / SRC_MANIFEST).is_file():
+            raise BadSource(f"{source} has no {SRC_MANIFEST}: --source takes {what}")
         return source, json.loads((source / SRC_MANIFEST).read_text())
-    with tarfile.open(source) as tar:                       # a slim pack: its manifest first
-        member = next(m for m in tar.getmembers() if m.name.endswith("/" + SRC_MANIFEST))
-        info = json.loads(tar.extractfile(member).read())
+    try:
+        with tarfile.open(source) as tar:                   # a slim pack: its manifest first
+            member = next((m for m in tar.getmembers() if m.name.endswith("/" + SRC_MANIFEST)), None)
+            if member is None:
+                raise BadSource(f"{source} holds no {SRC_MANIFEST}: --source takes {what}")
+            info = json.loads(tar.extractfile(member).read())
+    except (OSError, tarfile.TarError) as e:
+        raise BadSource(f"{source}: {e}; --source takes {what}") from None
     src = root / info["sdist_sha256_16"] / "src-slim"
     if not (src / "CMakeLists.txt").is_file():
         log(f"unpacking {source} ({info['sdist']}, llama.cpp {info['llama_cpp_commit']})")
@@ -436,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     except BuildIncomplete as e:
         print(f"llmgate.tools.install: {e}", file=sys.stderr)
         return 3
+    except BadSource as e:
+        print(f"llmgate.tools.install: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
