@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -100,9 +101,14 @@ def test_2_next(llmgate_server, llmgate_prompts, gate):
 """
 
 
-def setup_run(pytester, test_source: str, entry: str = "sig") -> str:
+def setup_run(pytester, test_source: str, entry: str = "sig", env: dict[str, str] | None = None) -> str:
+    """The run's marker and its entry; ``env``: more of the entry's environment."""
     run = uuid.uuid4().hex
-    pytester.makefile(".toml", llmgate=ENTRY.format(id=entry, mark=MARK, run=run))
+    text = ENTRY.format(id=entry, mark=MARK, run=run)
+    if env:
+        more = "".join(f', {k} = "{v}"' for k, v in env.items())
+        text = text.replace(f'{MARK} = "{run}" }}', f'{MARK} = "{run}"{more} }}')
+    pytester.makefile(".toml", llmgate=text)
     pytester.makepyfile(test_sig=test_source)
     return run
 
@@ -329,14 +335,20 @@ def test_stale_record_is_swept_and_a_dead_engine_core_explains_itself(pytester):
 
 
 def test_double_sigint_during_a_boot_leaves_no_engine_and_no_record(pytester):
-    run = setup_run(pytester, "def test_boot(llmgate_server):\n    pass\n")
+    # the API server is held before it listens (tests/support/hold_ready), so the boot is still on
+    # when the signals come, however slow the machine (a fresh 2-core machine beside a llama.cpp
+    # build once finished the boot, in 27 s, before the two signals arrived: rc 0)
+    hold = Path(__file__).resolve().parents[1] / "support" / "hold_ready"
+    run = setup_run(pytester, "def test_boot(llmgate_server):\n    pass\n", env={"PYTHONPATH": str(hold)})
     p = start(pytester, "test_sig.py")
     try:
-        # mid-boot: vLLM's EngineCore has started (its API server is still far from ready)
+        # mid-boot: vLLM's EngineCore has started and the API server waits in serve_http
         def booting():
             assert p.poll() is None, f"pytest ended early ({p.returncode}):\n{output(pytester)}"
-            return "VLLM::EngineCore" in engine_tree(run_processes(pytester, run))
-        assert wait_until(booting, 300, 0.2) is not None, output(pytester)
+            logs = list((pytester.path / ".llmgate" / "logs").glob("sig.*.log"))
+            return bool(logs) and "llmgate hold: serve_http waits" in logs[0].read_text(errors="replace")
+        assert wait_until(booting, 300, 0.5) is not None, output(pytester)
+        assert "VLLM::EngineCore" in engine_tree(run_processes(pytester, run)), output(pytester)
         procs = run_processes(pytester, run)
         assert {"api_server", "watchdog"} <= engine_tree(procs), procs
         p.send_signal(signal.SIGINT)
