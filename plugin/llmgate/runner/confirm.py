@@ -23,14 +23,14 @@ def settle(item: pytest.Item, g: Gate) -> None:
     if not g._regressions:
         return
     mb = g._measurement_boot()
-    if mb is not None and mb[1] > 1:
+    if mb is not None and mb.of > 1:
         g._confirm = False           # the verdict spans the entry's boots already
     if not (g.session.settings.confirm and g._confirm):
         _fail_regressed(g._regressions, "")
     first = g._start_confirmation()
     first_bad = [v for v in first if v.failed]
     cfg = g._config_entry
-    handle = g.session.reboot(cfg) if cfg is not None else None
+    handle = g.session.pool.reboot(cfg) if cfg is not None else None
     where = f"on a fresh server (boot {handle.boot_number})" if handle is not None else "once more"
     say(item.config, f"llmgate: {item.nodeid}: {len(first_bad)} metric(s) regressed; confirmation run {where}")
     item.runtest()

@@ -28,6 +28,7 @@ from llmgate.config import matrix as matrix_mod
 from llmgate.config.matrix import Matrix, Scenarios, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerDied, ServerHandle
+from llmgate.runner.boots import MeasurementBoot
 from llmgate.runner.settings import Settings
 from llmgate.analysis.stats import Noise, median
 from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
@@ -77,7 +78,7 @@ class Gate:
     @property
     def prompts(self) -> PromptMaker:
         """Exact-length prompts in the server's tokenizer: ``prompts.text(n_tokens, seed)``."""
-        return self.session.prompts(self.server)
+        return self.session.pool.prompts(self.server)
 
     @property
     def settings(self) -> Settings:
@@ -250,7 +251,7 @@ class Gate:
 
     def boot_progress(self, cid: str, elapsed: float, last_line: str) -> None:
         """What a booting server reports (``Server(progress=…)``): the live ``booting …`` line."""
-        self.session.progress(cid, elapsed, last_line)
+        self.session.pool.progress(cid, elapsed, last_line)
 
     def say(self, line: str) -> None:
         """A line on the terminal now (not only in the summary)."""
@@ -389,7 +390,7 @@ class Gate:
             return None
         mb = self._measurement_boot()
         kept = self.session.lever_results.setdefault(("engines", cfg.id), {}).setdefault(variant, {})
-        kept[mb[0] if mb else 1] = [float(v) for v in values]
+        kept[int(mb) if mb else 1] = [float(v) for v in values]
         if cfg.reference is None:
             return None
         ref = self.session.matrix.by_id(cfg.reference)
@@ -413,19 +414,19 @@ class Gate:
         if handle is not None:
             model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
         else:
-            model_hash = self.session.model_hash(cfg) if cfg else None
+            model_hash = self.session.pool.model_hash(cfg) if cfg else None
             engine = {"engine": cfg.engine} if cfg else None
         return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
                                           self.session.matrix.scenarios.workload(cfg.device if cfg else None))
 
-    def _measurement_boot(self) -> tuple[int, int] | None:
-        """(k, K): this test measures boot k of its entry's K (tests marked ``boots``); None otherwise."""
-        cfg = self._config_entry
+    def _measurement_boot(self) -> MeasurementBoot | None:
+        """Boot k of its entry's K (``k.of``) that this test measures (tests marked ``boots``: decided
+        where they were parametrized); None otherwise."""
         callspec = getattr(self.item, "callspec", None)
         k = callspec.params.get("llmgate_boot") if callspec else None
-        if cfg is None or k is None:
+        if self._config_entry is None or not isinstance(k, MeasurementBoot):
             return None
-        return int(k), self.session.measurement_boots(cfg)
+        return k
 
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
                raw: dict[str, Any] | None = None, *, parts: dict[str, Verdict] | None = None,
@@ -452,13 +453,13 @@ class Gate:
         boots, mb = [values], self._measurement_boot()
         samp: dict[int, tuple[float | None, float | None]] = {1: (sampling, requests)}
         if mb is not None and cfg is not None:
-            k, n_boots = mb
+            k, n_boots = int(mb), mb.of
             slot = (cfg.id, test, key)
             self.session.boot_values.setdefault(slot, {})[k] = values
             self.session.boot_raw.setdefault(slot, {})[k] = raw
             self.session.boot_sampling.setdefault(slot, {})[k] = (sampling, requests)
             if k < n_boots:
-                side = self.session.side_of(k)
+                side = mb.side
                 self.session.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}"
                                  + (f" (side {side[0]}, its boot {side[2]})" if side else "")
                                  + f": {metric.display(median(values))} (median of {len(values)}"
@@ -471,8 +472,8 @@ class Gate:
             samp = dict(self.session.boot_sampling[slot])
             if any(self.session.boot_raw[slot].get(i) is not None for i in done):
                 raw = {"boots": [self.session.boot_raw[slot].get(i) for i in sorted(done)]}
-        if mb is not None and cfg is not None and self.session.settings.ab:
-            return self._record_ab(metric, key, cfg, test, mb[1], raw, samp, parts, info)
+        if mb is not None and cfg is not None and mb.plan.sides:
+            return self._record_ab(metric, key, cfg, test, mb, raw, samp, parts, info)
         fp = self._fingerprint()
         extra = {**self.provenance(), **info, "fingerprint": fp}
         if raw is not None:
@@ -537,7 +538,7 @@ class Gate:
         self.session.verdicts.append(verdict)
         return verdict
 
-    def _record_ab(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, n_boots: int,
+    def _record_ab(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, mb: MeasurementBoot,
                    raw: dict[str, Any] | None, samp: dict[int, tuple[float | None, float | None]],
                    parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict:
         """A/B mode, on the entry's last measurement boot: side B's boots judged against side A's, both
@@ -546,8 +547,9 @@ class Gate:
         baseline, when one is compared with, is only set beside side A (what the machine's offset is)."""
         slot = (cfg.id, test, key)
         done = self.session.boot_values[slot]
-        side = {k: s[0] for k in range(1, n_boots + 1) if (s := self.session.side_of(k)) is not None}
-        a_name, b_name = self.session.settings.ab[0][0], self.session.settings.ab[1][0]
+        plan = mb.plan
+        side = {k: s[0] for k in range(1, plan.total + 1) if (s := plan.side(k)) is not None}
+        a_name, b_name = plan.sides[0][0], plan.sides[1][0]
         a_ks = [k for k in sorted(done) if side.get(k) == a_name]
         b_ks = [k for k in sorted(done) if side.get(k) == b_name]
         a_boots, b_boots = [done[k] for k in a_ks], [done[k] for k in b_ks]
