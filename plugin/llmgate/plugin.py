@@ -25,11 +25,12 @@ from llmgate.runner import distribution as xdist
 from llmgate.process import interrupts as interrupt
 from llmgate.config.ids import LEVER_OFF
 from llmgate.runner import confirm
-from llmgate.runner.gate import GATE_KEY, Gate
+from llmgate.runner.gate import RECORDER_KEY, Gate
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import MatrixError, ServerConfig
 from llmgate.process.server import BootError, ServerDied, ServerHandle, Unsupported
 from llmgate.runner.boots import EntryBoots, MeasurementBoot
+from llmgate.runner.pool import OwnServers
 from llmgate.runner.session import SESSION_KEY, GateSession
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
@@ -300,18 +301,17 @@ def llmgate_prompts(llmgate_server: ServerHandle, llmgate_session: GateSession) 
 
 
 @pytest.fixture
-def llmgate_exclusive(llmgate_session: GateSession) -> GateSession:
+def llmgate_exclusive(llmgate_session: GateSession) -> OwnServers:
     """For tests that boot their own servers (probes): no other server may run meanwhile
-    (on a small machine an idle vLLM CPU worker still spins on its core)."""
+    (on a small machine an idle vLLM CPU worker still spins on its core).  Its value: where their
+    logs go, their live "booting …" line, a line on the terminal, the session's boots table."""
     llmgate_session.pool.shutdown_all("the next test boots its own servers and needs the machine to itself")
-    return llmgate_session
+    return OwnServers(llmgate_session.pool)
 
 
 @pytest.fixture
 def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
-    g = Gate(request.node, llmgate_session, request)
-    request.node.stash[GATE_KEY] = g
-    return g
+    return Gate(request.node, llmgate_session, request)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -319,9 +319,9 @@ def pytest_runtest_call(item: pytest.Item):
     """The verdict belongs to the test that measured it; what a regression costs the test (a
     confirmation run on a fresh server first) is decided by ``llmgate.runner.confirm``."""
     result = yield
-    g = item.stash.get(GATE_KEY, None)
-    if g is not None:
-        confirm.settle(item, g)
+    rec = item.stash.get(RECORDER_KEY, None)
+    if rec is not None:
+        confirm.settle(item, rec, item.config.stash[SESSION_KEY].pool)
     return result
 
 

@@ -138,3 +138,28 @@ class ServerPool:
             except OSError:
                 self._model_hashes[key] = None
         return self._model_hashes[key]
+
+
+class OwnServers:
+    """The ``llmgate_exclusive`` fixture's value, for a scenario that boots servers of its own (A/B
+    mode, the max_model_len probe) while the session's are stopped."""
+
+    def __init__(self, pool: ServerPool):
+        self._pool = pool
+
+    def log_dir(self, name: str) -> Path:
+        """The folder for the logs of servers the scenario boots itself (``.llmgate/logs/<name>``)."""
+        return self._pool.log_dir / name
+
+    def boot_progress(self, cid: str, elapsed: float, last_line: str) -> None:
+        """What a booting server reports (``Server(progress=…)``): the live ``booting …`` line."""
+        self._pool.progress(cid, elapsed, last_line)
+
+    def say(self, line: str) -> None:
+        """A line on the terminal now (not only in the summary)."""
+        self._pool.say(line)
+
+    def add_boots(self, label: str, rows: list[dict[str, Any]]) -> None:
+        """Rows for the session's boots table, under ``label`` (``boot``, ``engine``, ``version``,
+        ``startup_s``, ``log``)."""
+        self._pool.boots.setdefault(label, []).extend(rows)

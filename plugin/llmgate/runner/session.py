@@ -21,6 +21,7 @@ from llmgate.runner import distribution as xdist
 from llmgate.config import matrix as matrix_mod
 from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
+from llmgate.levers.figures import SharedFigures
 from llmgate.runner.pool import ServerPool
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
@@ -45,7 +46,7 @@ class GateSession:
         self.servers = self.pool.servers                   # entry id → running Server
         self.boots = self.pool.boots                       # entry id → one record per boot
         self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
-        self.lever_results: dict[tuple[str, str], dict[str, Any]] = {}   # (lever, entry id) → figures
+        self.figures = SharedFigures()                     # what entries share (levers.figures)
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
         self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
