@@ -25,11 +25,14 @@ from llmgate.runner import distribution as xdist
 from llmgate.process import interrupts as interrupt
 from llmgate.config.ids import LEVER_OFF
 from llmgate.runner import confirm
-from llmgate.runner.gate import GATE_KEY, Gate
+from llmgate.runner.gate import RECORDER_KEY, Gate
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import MatrixError, ServerConfig
 from llmgate.process.server import BootError, ServerDied, ServerHandle, Unsupported
-from llmgate.runner.session import SESSION_KEY, GateSession, say
+from llmgate.runner.boots import EntryBoots, MeasurementBoot
+from llmgate.runner.pool import OwnServers
+from llmgate.runner.session import SESSION_KEY, GateSession
+from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import DEFAULT_ALPHA
 
@@ -161,14 +164,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(error, pytrace=False)     # outside the except: no "During handling of …" chain
     per_boot = metafunc.definition.get_closest_marker("boots") is not None
     if per_boot:
-        def boot_id(cfg: ServerConfig, k: int) -> str:
-            side = session.side_of(k)
-            if side is not None:                  # A/B mode: ENTRY-bootK.SIDE (store.baseline.stored_key)
-                return f"{cfg.id}-boot{k}.{side[0]}"
-            return cfg.id if session.measurement_boots(cfg) == 1 else f"{cfg.id}-boot{k}"
-
-        params = [pytest.param(cfg, k, id=boot_id(cfg, k), marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
-                  for cfg in entries for k in range(1, session.measurement_boots(cfg) + 1)]
+        # the one place an entry's K and each test's boot are decided; passed down as llmgate_boot
+        params = []
+        for cfg in entries:
+            plan = EntryBoots.decide(session.settings, cfg)
+            params += [pytest.param(cfg, k, id=plan.test_id(cfg, k), marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
+                       for k in plan.boots()]
         metafunc.parametrize(("llmgate_config", "llmgate_boot"), params, scope="session")
         return
     params = [pytest.param(cfg, id=cfg.id, marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
@@ -258,7 +259,7 @@ def llmgate_settings(llmgate_session: GateSession) -> Settings:
 def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
     skip = None
     try:
-        handle, error = llmgate_session.boot(llmgate_config), None
+        handle, error = llmgate_session.pool.boot(llmgate_config), None
     except Unsupported as e:                # this machine cannot run it at all: skipped, saying why
         error, skip = None, str(e)
     except BootError as e:
@@ -270,21 +271,23 @@ def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
     try:
         yield handle
     finally:
-        llmgate_session.shutdown(llmgate_config.id)
+        llmgate_session.pool.shutdown(llmgate_config.id)
 
 
 @pytest.fixture(scope="session")
-def llmgate_boot() -> int | None:
-    """Which of the entry's measurement boots a test measures (tests marked ``boots``); None: the one up."""
+def llmgate_boot() -> MeasurementBoot | None:
+    """Which of the entry's measurement boots a test measures (tests marked ``boots``: an int k,
+    with ``of``, the entry's K in all, and ``side`` in A/B mode); None: the one up."""
     return None
 
 
 @pytest.fixture
-def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: int | None, llmgate_session: GateSession) -> ServerHandle:
+def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: MeasurementBoot | None,
+                   llmgate_session: GateSession) -> ServerHandle:
     """The running server of this test's matrix entry (booted once per session, and once per
     measurement boot for tests marked ``boots``)."""
     if llmgate_boot is not None and _llmgate_booted.alive():
-        llmgate_session.ensure_round(_llmgate_booted.config, llmgate_boot)
+        llmgate_session.pool.ensure_round(_llmgate_booted.config, llmgate_boot)
     if not _llmgate_booted.alive():
         pytest.fail(f"{_llmgate_booted.config.id}: the server died earlier in this session "
                     f"({_llmgate_booted.death()}); last lines of {_llmgate_booted.log_path}:\n"
@@ -294,22 +297,21 @@ def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: int | None, llmg
 
 @pytest.fixture
 def llmgate_prompts(llmgate_server: ServerHandle, llmgate_session: GateSession) -> PromptMaker:
-    return llmgate_session.prompts(llmgate_server)
+    return llmgate_session.pool.prompts(llmgate_server)
 
 
 @pytest.fixture
-def llmgate_exclusive(llmgate_session: GateSession) -> GateSession:
+def llmgate_exclusive(llmgate_session: GateSession) -> OwnServers:
     """For tests that boot their own servers (probes): no other server may run meanwhile
-    (on a small machine an idle vLLM CPU worker still spins on its core)."""
-    llmgate_session.shutdown_all("the next test boots its own servers and needs the machine to itself")
-    return llmgate_session
+    (on a small machine an idle vLLM CPU worker still spins on its core).  Its value: where their
+    logs go, their live "booting …" line, a line on the terminal, the session's boots table."""
+    llmgate_session.pool.shutdown_all("the next test boots its own servers and needs the machine to itself")
+    return OwnServers(llmgate_session.pool)
 
 
 @pytest.fixture
 def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
-    g = Gate(request.node, llmgate_session, request)
-    request.node.stash[GATE_KEY] = g
-    return g
+    return Gate(request.node, llmgate_session, request)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -317,9 +319,9 @@ def pytest_runtest_call(item: pytest.Item):
     """The verdict belongs to the test that measured it; what a regression costs the test (a
     confirmation run on a fresh server first) is decided by ``llmgate.runner.confirm``."""
     result = yield
-    g = item.stash.get(GATE_KEY, None)
-    if g is not None:
-        confirm.settle(item, g)
+    rec = item.stash.get(RECORDER_KEY, None)
+    if rec is not None:
+        confirm.settle(item, rec, item.config.stash[SESSION_KEY].pool)
     return result
 
 

@@ -23,10 +23,10 @@ import pytest
 from llmgate.core import metrics
 
 @pytest.mark.boots
-def test_measure(llmgate_config, llmgate_boot, gate, llmgate_session):
+def test_measure(llmgate_config, llmgate_boot, gate):
     values = json.loads(os.environ["VALUES"])
-    side = llmgate_session.side_of(llmgate_boot)
-    cfg, name = llmgate_session.boot_config(llmgate_config, llmgate_boot)
+    side = llmgate_boot.side
+    cfg, name = llmgate_boot.plan.config(llmgate_config, llmgate_boot)
     assert name == side[0] and cfg.launcher == side[1]
     gate.record(metrics.DECODE_TOK_S, values[side[0]][side[2] - 1])
     # a latency figure: one statistic a boot, with its sampling variance

@@ -37,7 +37,7 @@ import pytest
 def test_c8(llmgate_config, llmgate_boot, gate):
     values = json.loads(os.environ["VALUES"])[llmgate_config.id][llmgate_boot - 1]
     gate.record(gate_metrics().AGGREGATE_TOK_S, values, "c8")
-    gate.versus_reference_engine(values, "c8")
+    gate.levers.versus_reference_engine(values, "c8")
 
 def gate_metrics():
     from llmgate.core import metrics

@@ -1,14 +1,14 @@
 """Entries of one session on one GPU run one after the other: the server of an entry is stopped
-(``GateSession.shutdown``, which waits for its whole process group) before the next entry's boots,
+(``ServerPool.shutdown``, which waits for its whole process group) before the next entry's boots,
 also when each entry spans several measurement boots and when a second engine follows the first
 (matrices/gpu-engines-1gpu.toml: vLLM, then SGLang).  Through pytester with the session's boot and
-shutdown replaced by stand-ins that log (no engine)."""
+shutdown (the server pool's) replaced by stand-ins that log (no engine)."""
 
 
 pytest_plugins = ["pytester"]
 CONFTEST = """
 import json, os, pathlib
-import llmgate.plugin as p
+from llmgate.runner.pool import ServerPool
 
 LOG = pathlib.Path(os.environ["EVENTS"])
 
@@ -33,8 +33,8 @@ def shutdown(self, cfg_id):
     if self.servers.pop(cfg_id, None) is not None:
         log("stop", cfg_id)
 
-p.GateSession.boot = boot
-p.GateSession.shutdown = shutdown
+ServerPool.boot = boot
+ServerPool.shutdown = shutdown
 """
 
 MATRIX = """

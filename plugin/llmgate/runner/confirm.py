@@ -8,42 +8,38 @@ from __future__ import annotations
 import pytest
 
 from llmgate.analysis.verdict import Verdict
-from llmgate.runner.gate import Gate
-from llmgate.runner.session import say
+from llmgate.runner.pool import ServerPool
+from llmgate.runner.recorder import Recorder
+from llmgate.runner.terminal import say
 
 
-def settle(item: pytest.Item, g: Gate) -> None:
-    """(after the test's call) Pass, fail or re-measure ``item`` by the verdicts its gate recorded."""
-    if g._request_counts[0]:
-        g._requests_verdict()          # all requests succeeded: one row saying how many there were
-    if g._refusals:
-        lines = "\n".join("  " + v.line() for v in g._refusals)
-        pytest.fail(f"refusing to compare with {g._refusals[0].baseline_source} (pass --llmgate-allow-mismatch to "
+def settle(item: pytest.Item, rec: Recorder, pool: ServerPool) -> None:
+    """(after the test's call) Pass, fail or re-measure ``item`` by the verdicts it recorded."""
+    rec.count_requests()               # all requests succeeded: one row saying how many there were
+    if rec.refusals:
+        lines = "\n".join("  " + v.line() for v in rec.refusals)
+        pytest.fail(f"refusing to compare with {rec.refusals[0].baseline_source} (pass --llmgate-allow-mismatch to "
                     f"compare anyway):\n{lines}", pytrace=False)
-    if not g._regressions:
+    if not rec.regressions:
         return
-    mb = g._measurement_boot()
-    if mb is not None and mb[1] > 1:
-        g._confirm = False           # the verdict spans the entry's boots already
-    if not (g.session.settings.confirm and g._confirm):
-        _fail_regressed(g._regressions, "")
-    first = g._start_confirmation()
+    if not rec.confirmable:
+        _fail_regressed(rec.regressions, "")
+    first = rec.start_confirmation()
     first_bad = [v for v in first if v.failed]
-    cfg = g._config_entry
-    handle = g.session.reboot(cfg) if cfg is not None else None
+    cfg = rec.entry
+    handle = pool.reboot(cfg) if cfg is not None else None
     where = f"on a fresh server (boot {handle.boot_number})" if handle is not None else "once more"
     say(item.config, f"llmgate: {item.nodeid}: {len(first_bad)} metric(s) regressed; confirmation run {where}")
     item.runtest()
-    if g._request_counts[0]:
-        g._requests_verdict()
-    confirmed = [v for v in g._regressions if v.key in {f.key for f in first_bad}]
+    rec.count_requests()
+    confirmed = [v for v in rec.regressions if v.key in {f.key for f in first_bad}]
     if confirmed:
         firsts = {v.key: v for v in first_bad}
         _fail_regressed(confirmed, f"first measurement and the confirmation run {where} both regressed; first run:\n"
                         + "\n".join("  " + firsts[v.key].line() for v in confirmed) + "\nconfirmation run:\n")
     for v in first_bad:
         note = f"{v.key}: first measurement regressed ({v.change:+.1%}), the confirmation run {where} did not"
-        g.note(note)
+        rec.note(note)
         item.warn(pytest.PytestWarning(f"llmgate: {note}"))
 
 

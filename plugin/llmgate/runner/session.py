@@ -20,10 +20,10 @@ from llmgate.process import server as server_mod
 from llmgate.runner import distribution as xdist
 from llmgate.config import matrix as matrix_mod
 from llmgate.process.interrupts import Interrupts
-from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
+from llmgate.levers.figures import SharedFigures
 from llmgate.runner.pool import ServerPool
-from llmgate.process.server import ServerHandle
+from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
 
@@ -42,12 +42,11 @@ class GateSession:
         self._matrix: Matrix | None = None
         self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
         self._matrix_error: str | None = None
-        self.pool = ServerPool(lambda: self.matrix, self.out_dir / "logs", self.say, self.measurement_boots,
-                               self.boot_config)
+        self.pool = ServerPool(config, self.out_dir / "logs", self.settings.ab)
         self.servers = self.pool.servers                   # entry id → running Server
         self.boots = self.pool.boots                       # entry id → one record per boot
         self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
-        self.lever_results: dict[tuple[str, str], dict[str, Any]] = {}   # (lever, entry id) → figures
+        self.figures = SharedFigures()                     # what entries share (levers.figures)
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
         self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
@@ -66,35 +65,6 @@ class GateSession:
         self.running: str | None = None                             # the test in progress
         self.finished: set[str] = set()
         server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
-
-    def boots_for(self, cfg: ServerConfig) -> int:
-        """How many boots a run of this entry spans (in A/B mode: a side)."""
-        if self.settings.boots is not None:
-            return self.settings.boots
-        if cfg.boots is not None:
-            return cfg.boots
-        # a CPU entry measures one boot, but an A/B comparison of one boot a side sees nothing
-        return 3 if cfg.device == "gpu" or self.settings.ab else 1
-
-    def measurement_boots(self, cfg: ServerConfig) -> int:
-        """The measurement boots of this entry in this session: K, or in A/B mode K a side, alternating."""
-        return self.boots_for(cfg) * (len(self.settings.ab) or 1)
-
-    def side_of(self, k: int) -> tuple[str, str, int] | None:
-        """A/B mode (--llmgate-ab): measurement boot k's side (name, launcher) and its round on that side
-        (boots alternate A B A B …); None otherwise."""
-        sides = self.settings.ab
-        if not sides:
-            return None
-        name, launcher = sides[(k - 1) % len(sides)]
-        return name, launcher, (k - 1) // len(sides) + 1
-
-    def boot_config(self, cfg: ServerConfig, k: int) -> tuple[ServerConfig, str | None]:
-        """The configuration measurement boot k boots (its side's launcher in A/B mode) and the side."""
-        side = self.side_of(k)
-        if side is None:
-            return cfg, None
-        return dataclasses.replace(cfg, launcher=side[1]), side[0]
 
     # -- hooks of this session (registered as a plugin of its config) ---------------------
     @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while
@@ -159,7 +129,7 @@ class GateSession:
                 for adjusted in self.config.hook.pytest_llmgate_matrix(config=self.config, matrix=loaded):
                     if adjusted is not None:
                         loaded = adjusted
-                self._matrix = loaded
+                self._matrix = self.pool.matrix = loaded
             except MatrixError as e:
                 self._matrix_error = str(e)
                 raise
@@ -177,38 +147,6 @@ class GateSession:
     def note_once(self, line: str) -> None:
         if line not in self.notes:
             self.notes.append(line)
-
-    # -- the server pool, as tests and fixtures ask for it ---------------------------------
-    def progress(self, cid: str, elapsed: float, last_line: str) -> None:
-        self.pool.progress(cid, elapsed, last_line)
-
-    def boot(self, cfg: ServerConfig) -> ServerHandle:
-        if self.settings.ab and cfg.id not in self.pool.boots:
-            # A/B mode: an entry's first boot of a session compiles and fills caches (on the H200 it came
-            # out 1.8% slower on decode and 4% at c=8 than the five boots after it), and it would always
-            # be side A's: it is booted once, not measured, and stopped, so that neither side carries it
-            self.say(f"llmgate: {cfg.id}: a warm-up boot first (A/B mode: the first boot of a session is not measured)")
-            self.pool.boot(cfg, warmup=True)
-            self.pool.shutdown(cfg.id)
-        return self.pool.boot(cfg)
-
-    def reboot(self, cfg: ServerConfig) -> ServerHandle | None:
-        return self.pool.reboot(cfg)
-
-    def ensure_round(self, cfg: ServerConfig, k: int) -> None:
-        self.pool.ensure_round(cfg, k)
-
-    def shutdown(self, cfg_id: str) -> None:
-        self.pool.shutdown(cfg_id)
-
-    def shutdown_all(self, why: str) -> None:
-        self.pool.shutdown_all(why)
-
-    def prompts(self, handle: ServerHandle) -> PromptMaker:
-        return self.pool.prompts(handle)
-
-    def model_hash(self, cfg: ServerConfig) -> str | None:
-        return self.pool.model_hash(cfg)
 
     def min_effect(self, metric: metrics.Metric, key: str, cfg: ServerConfig | None, item: pytest.Item) -> float:
         for source in (self.settings.min_effect, marker_min_effect(item), cfg.min_effect if cfg else {}):
@@ -232,7 +170,7 @@ class GateSession:
                                     f"stopping {len(gs.servers)} server(s)")
             server_mod.signal_all_live()       # all at once, then wait for each
         for cid in list(gs.servers):
-            gs.shutdown(cid)
+            gs.pool.shutdown(cid)
         for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
             say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
         argv = list(session.config.invocation_params.args)
@@ -313,18 +251,6 @@ def marker_min_effect(item: pytest.Item) -> dict[str, float]:
     m = item.get_closest_marker("llmgate")
     return dict(m.kwargs.get("min_effect") or {}) if m else {}
 
-
-def say(config: pytest.Config, line: str) -> None:
-    """A progress line on the terminal, visible even while output is captured."""
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    if tr is None:
-        return
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    if capman is not None:
-        with capman.global_and_fixture_disabled():
-            tr.write_line(line)
-    else:
-        tr.write_line(line)
 
 def not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
     """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,

@@ -6,7 +6,7 @@ Aggregate tok/s counts the tokens emitted inside the window; latency percentiles
 requests that lived inside it.  And the same load as users make it: Poisson arrivals at
 `[scenarios] arrival_rate` requests/s (like `vllm bench serve --request-rate`), where TTFT is
 what a user waits.  Both measured on each of the entry's boots, with the engine's own timers over
-the same window beside the client's figures (``gate.record_engine_parts``).  An entry whose
+the same window beside the client's figures (``gate.measure.record_engine_parts``).  An entry whose
 ``reference`` is another engine (the seed's vLLM-vs-SGLang comparison, `matrices/gpu-engines-1gpu.toml`)
 also gets its aggregate tok/s ÷ the reference's, measured in the same session (`engine_vs_reference`)."""
 
@@ -18,7 +18,7 @@ OUTPUT_TOKENS = 64
 
 
 def _measure(gate, variant, concurrency, rate=None):
-    with gate.gpu_sampler() as gpu:
+    with gate.measure.gpu_sampler() as gpu:
         result = gate.steady(PROMPT_TOKENS, OUTPUT_TOKENS, concurrency, rate=rate, seed=f"conc-{variant}",
                              label=variant)
     info = {"window": result.window_info()}
@@ -34,22 +34,22 @@ def test_concurrency(gate):
     n = gate.settings.concurrency
     variant = f"c{n}"
     result, info = _measure(gate, variant, n)
-    aggregate = gate.repeat_values(result, "aggregate_tok_s")
+    aggregate = gate.measure.repeat_values(result, "aggregate_tok_s")
     gate.record(metrics.AGGREGATE_TOK_S, aggregate, variant, raw=result.raw(), **info)
-    gate.versus_reference_engine(aggregate, variant)      # an entry whose reference is another engine
-    parts = gate.record_engine_parts(result, variant)
-    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, parts=parts)
-    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant, parts=parts)
-    gate.record(metrics.ITL_P95, gate.repeat_values(result, "itl_p95"), variant)
+    gate.levers.versus_reference_engine(aggregate, variant)      # an entry whose reference is another engine
+    parts = gate.measure.record_engine_parts(result, variant)
+    gate.record(metrics.TTFT_P50, gate.measure.repeat_values(result, "ttft_p50"), variant, parts=parts)
+    gate.record(metrics.TTFT_P95, gate.measure.repeat_values(result, "ttft_p95"), variant, parts=parts)
+    gate.record(metrics.ITL_P95, gate.measure.repeat_values(result, "itl_p95"), variant)
 
 
 @llmgate.scenario(boots=True)
 def test_arrival_rate(gate):
-    rate = gate.scenarios.rate(gate.entry.device)
+    rate = gate.matrix.scenarios.rate(gate.entry.device)
     variant = f"rate{rate:g}"
     result, info = _measure(gate, variant, gate.settings.concurrency, rate)
-    parts = gate.record_engine_parts(result, variant)
-    gate.record(metrics.TTFT_P50, gate.repeat_values(result, "ttft_p50"), variant, raw=result.raw(), parts=parts,
+    parts = gate.measure.record_engine_parts(result, variant)
+    gate.record(metrics.TTFT_P50, gate.measure.repeat_values(result, "ttft_p50"), variant, raw=result.raw(), parts=parts,
                 **info)
-    gate.record(metrics.TTFT_P95, gate.repeat_values(result, "ttft_p95"), variant, parts=parts)
-    gate.record(metrics.E2E_P50, gate.repeat_values(result, "e2e_p50"), variant)
+    gate.record(metrics.TTFT_P95, gate.measure.repeat_values(result, "ttft_p95"), variant, parts=parts)
+    gate.record(metrics.E2E_P50, gate.measure.repeat_values(result, "e2e_p50"), variant)

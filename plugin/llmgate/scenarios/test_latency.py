@@ -42,7 +42,7 @@ def _rse(values, statistic):
 @llmgate.scenario("latency", boots=True)
 def test_ttft_c1(gate):
     cfg, h, st = gate.entry, gate.server, gate.settings
-    sc = gate.scenarios
+    sc = gate.matrix.scenarios
     size = sc.latency(cfg.device)
     out_tokens = sc.latency_output_tokens
     batch = 20 if cfg.device == "gpu" else 4
@@ -53,19 +53,19 @@ def test_ttft_c1(gate):
             continue
         variant = f"p{prompt}"
         # warm-up: the first requests of a shape compile, capture or allocate
-        gate.run(gate.fresh_requests(max(2, st.warmup), prompt, out_tokens, f"ttft-warm-{variant}"), 1, account=False)
+        gate.run(gate.measure.fresh_requests(max(2, st.warmup), prompt, out_tokens, f"ttft-warm-{variant}"), 1, account=False)
         ttfts: list[float] = []
         parts: dict[str, list[float]] = {}
         t0 = time.perf_counter()
         i = 0
         while True:
-            before = gate.scrape() if engine_metrics else None
-            res = gate.run(gate.fresh_requests(batch, prompt, out_tokens, f"ttft-{variant}-{i}"), 1,
+            before = gate.measure.scrape() if engine_metrics else None
+            res = gate.run(gate.measure.fresh_requests(batch, prompt, out_tokens, f"ttft-{variant}-{i}"), 1,
                            label=f"TTFT c=1 {variant}")
             batch_ttfts = [s.ttft for s in res.ok if s.ttft is not None]
             ttfts += batch_ttfts
             if before is not None:
-                timers = h.engine.engine_timers(gate.delta(before, gate.scrape()))
+                timers = h.engine.engine_timers(gate.measure.delta(before, gate.measure.scrape()))
                 for part in ("ttft", "queue", "prefill"):
                     if part in timers:
                         parts.setdefault(part, []).append(timers[part])
@@ -109,19 +109,19 @@ def _capacity(gate, prompt, output):
 
 @llmgate.scenario("latency", boots=True)
 def test_poisson_load(gate):
-    cfg, st, sc = gate.entry, gate.settings, gate.scenarios
+    cfg, st, sc = gate.entry, gate.settings, gate.matrix.scenarios
     size = sc.latency(cfg.device)
     prompt, output = sc.poisson_prompt_tokens, sc.poisson_output_tokens
     targets = sc.goodput_targets(cfg)
     capacity = None
     for pct in sc.poisson_load_percent:
         variant = f"load{pct}"
-        stored = gate.baseline_info(metrics.TTFT_P50, variant) or {}
+        stored = gate.measure.baseline_info(metrics.TTFT_P50, variant) or {}
         if stored.get("arrival_rate_rps"):
             rate, source = float(stored["arrival_rate_rps"]), "the compared baseline's rate"
         else:
             if capacity is None:
-                capacity = gate.entry_memo("poisson-capacity", lambda: _capacity(gate, prompt, output))
+                capacity = gate.levers.memo("poisson-capacity", lambda: _capacity(gate, prompt, output))
             rate, source = pct / 100.0 * capacity, f"{pct}% of {capacity:.2f} req/s measured this session"
         result = gate.steady(prompt, output, st.concurrency, rate=rate, seed=f"poisson-{variant}",
                              label=f"Poisson {variant}", window_requests=int(size["poisson_requests"]),
@@ -136,7 +136,7 @@ def test_poisson_load(gate):
         info = {"arrival_rate_rps": rate, "rate_source": source, "capacity_rps": capacity, "request_count": len(window),
                 "window_s": round(b - a, 3), "goodput_targets_ms": targets, "window": result.window_info()}
         gate.note(f"Poisson {variant}: {rate:.2f} req/s ({source}), {len(window)} requests in {b - a:.1f} s")
-        parts = gate.record_engine_parts(result, variant)
+        parts = gate.measure.record_engine_parts(result, variant)
         for metric, q in ((metrics.TTFT_P50, 50), (metrics.TTFT_P95, 95), (metrics.TTFT_P99, 99)):
             gate.record(metric, [stats.percentile(ttfts, q)], variant, sampling=stats.sampling_log_var(ttfts, q),
                         requests=len(ttfts), parts=parts, **(info if q == 50 else {}))

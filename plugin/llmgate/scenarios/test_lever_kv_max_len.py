@@ -16,7 +16,7 @@ from llmgate import metrics, probe, stats
 
 @pytest.mark.lever("kv_max_len")
 def test_max_model_len(llmgate_config, llmgate_exclusive, gate):
-    cfg, st, sc = gate.require_lever("kv_max_len"), gate.settings, gate.scenarios
+    cfg, st, sc = gate.levers.require("kv_max_len"), gate.settings, gate.matrix.scenarios
 
     def measure(handle, prompts):
         res = gate.sequential(sc.decode_prompt_tokens, sc.decode_output_tokens, seed="kv-decode",
@@ -24,13 +24,13 @@ def test_max_model_len(llmgate_config, llmgate_exclusive, gate):
         return {"decode_tok_s": [s.decode_tok_s for s in res.ok]}
 
     try:
-        result = probe.probe_max_model_len(cfg, gate.matrix, gate.log_dir(f"probe-{cfg.id}"),
+        result = probe.probe_max_model_len(cfg, gate.matrix, llmgate_exclusive.log_dir(f"probe-{cfg.id}"),
                                            start=sc.probe_start, output_tokens=sc.probe_verify_output_tokens,
                                            timeout=min(st.request_timeout, sc.probe_verify_timeout_s),
-                                           progress=gate.boot_progress, on_verified=measure)
+                                           progress=llmgate_exclusive.boot_progress, on_verified=measure)
     except probe.Unsupported as e:             # this machine cannot run the entry at any length
         pytest.skip(str(e))
-    gate.add_boots(f"{cfg.id} (probe)", [
+    llmgate_exclusive.add_boots(f"{cfg.id} (probe)", [
         {"boot": i + 1, "engine": cfg.engine, "startup_s": a.startup_s, "version": result.engine_version,
          "log": f"max_model_len={a.max_model_len}: {'served' if a.served else 'failed'}"}
         for i, a in enumerate(result.attempts)])
@@ -46,10 +46,10 @@ def test_max_model_len(llmgate_config, llmgate_exclusive, gate):
         gate.record(metrics.KV_TOKENS, [result.log_facts["kv_cache_tokens"]])
     tok_s = result.measured["decode_tok_s"]
     gate.record(metrics.DECODE_TOK_S, tok_s, "kv-verified")
-    gate.remember("kv_max_len", {"max_model_len": result.verified_max_model_len, "decode_tok_s": tok_s,
+    gate.levers.remember("kv_max_len", {"max_model_len": result.verified_max_model_len, "decode_tok_s": tok_s,
                                  "kv_cache_dtype": cfg.kv_cache_dtype, "boots": result.boots})
 
-    ref, ref_figures = gate.reference("kv_max_len")
+    ref, ref_figures = gate.levers.reference("kv_max_len")
     if ref is None:
         return
     if ref_figures is None:

@@ -23,8 +23,8 @@ WARM_PER_ROUND = 3
 
 @llmgate.scenario("prefix_cache")
 def test_prefix_cache(gate):
-    cfg = gate.require_lever("prefix_cache")
-    sc, h, pm = gate.scenarios, gate.server, gate.prompts
+    cfg = gate.levers.require("prefix_cache")
+    sc, h, pm = gate.matrix.scenarios, gate.server, gate.prompts
     lengths = [n for n in sc.prefix_lengths if n + sc.prefix_suffix_tokens + OUTPUT_TOKENS <= cfg.max_model_len]
     if not lengths:
         pytest.skip(f"{cfg.id}: max_model_len {cfg.max_model_len} is below every prefix length {sc.prefix_lengths}")
@@ -32,7 +32,7 @@ def test_prefix_cache(gate):
 
     def one(n_prefix, prefix_seed, suffix_seed):
         prompt = pm.shared_prefix(n_prefix, sc.prefix_suffix_tokens, prefix_seed, suffix_seed)
-        req = gate.request(prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
+        req = gate.measure.request(prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
         return gate.run([req], 1).ok[0]
 
     gate.sequential(64, OUTPUT_TOKENS, 0, seed="prefix-warm")
@@ -50,17 +50,17 @@ def test_prefix_cache(gate):
             # with the cache off (a new 2-core machine, and an idle one here beside others' tests).
             one(n, f"{prefix}-before", "cold")
             cold, warm = [one(n, prefix, "cold")], []
-            before = gate.scrape()
+            before = gate.measure.scrape()
             for k in range(WARM_PER_ROUND):
                 warm.append(one(n, prefix, f"warm-{k}"))
                 if k < WARM_PER_ROUND - 1:
                     cold.append(one(n, f"{prefix}-other-{k}", "cold"))
-            after = gate.scrape()
+            after = gate.measure.scrape()
             colds += [c.ttft for c in cold]
             warms += [w.ttft for w in warm]
             reductions.append(1.0 - statistics.median([w.ttft for w in warm]) / statistics.median([c.ttft for c in cold]))
             # the window holds the warm requests' hits (a new prefix shares no whole block with any)
-            got = h.engine.prefix_cache_hits(gate.delta(before, after))
+            got = h.engine.prefix_cache_hits(gate.measure.delta(before, after))
             if got is None and all(w.cached_tokens is not None for w in warm):
                 got = sum(w.cached_tokens for w in warm)     # the engine says it in usage instead
             hits.append(None if got is None else got / WARM_PER_ROUND)
@@ -79,7 +79,7 @@ def test_prefix_cache(gate):
                 assert min(hits) >= n * 0.9, f"{cfg.id}: only {min(hits):.0f} of {n} prefix tokens came from the cache"
             else:
                 gate.note(f"{v}: {h.engine.name} reports no cached-token count; the reduction alone shows the cache")
-    gate.remember("prefix_cache", summary)
+    gate.levers.remember("prefix_cache", summary)
 
     longest = summary[lengths[-1]]
     if cfg.prefix_caching:

@@ -13,8 +13,8 @@ from llmgate import metrics
 
 @llmgate.scenario("quantization")
 def test_weight_precision(gate):
-    cfg = gate.require_lever("quantization")
-    sc, h = gate.scenarios, gate.server
+    cfg = gate.levers.require("quantization")
+    sc, h = gate.matrix.scenarios, gate.server
     result = gate.sequential(sc.decode_prompt_tokens, sc.decode_output_tokens, seed="quantization")
     tok_s = [s.decode_tok_s for s in result.ok]
     peak = h.memory.peak()
@@ -23,10 +23,10 @@ def test_weight_precision(gate):
     gate.record(metrics.STARTUP_S, [h.startup_s])
     if peak:
         gate.record(metrics.PEAK_RSS, [peak])
-    gate.remember("quantization", {"decode_tok_s": tok_s, "startup_s": h.startup_s, "peak_rss": peak,
+    gate.levers.remember("quantization", {"decode_tok_s": tok_s, "startup_s": h.startup_s, "peak_rss": peak,
                                    "weights": f"{cfg.model} dtype={cfg.dtype} quantization={cfg.quantization}"})
 
-    ref, ref_figures = gate.reference("quantization")
+    ref, ref_figures = gate.levers.reference("quantization")
     if ref is not None:
         assert ref_figures is not None, (f"{cfg.id}: reference entry {ref.id!r} was not measured in this session "
                                          f"(it must list the 'quantization' lever and run first)")

@@ -10,11 +10,11 @@ every pair of a few words, generation restricted to them), where its drafter pro
 construction; its reference runs both.
 
 Acceptance is recorded (and compared with baselines and the seed) only where it means something
-(``gate.acceptance_meaningful()``): drafts from the context (n-gram prompt lookup)
+(``gate.levers.acceptance_meaningful()``): drafts from the context (n-gram prompt lookup)
 always; drafts from trained weights (a draft model, EAGLE, MTP) only when neither side has random
 weights.  Otherwise the counters are kept in the speed-up's raw data and named in a note as not
 meaningful: what such a method costs is still measured and gated.  Context drafts on random
-weights are recorded with a caveat (``gate.acceptance_caveat()``, in a note and in the stored
+weights are recorded with a caveat (``gate.levers.acceptance_caveat()``, in a note and in the stored
 figures): a random model repeats itself, so they are an upper bound of what real text gets.
 """
 
@@ -28,14 +28,14 @@ from llmgate import metrics
 
 @llmgate.scenario("speculative")
 def test_speculative_decoding(gate):
-    cfg = gate.require_lever("speculative")
-    sc, st, h = gate.scenarios, gate.settings, gate.server
-    ref, ref_figures = gate.reference("speculative")
+    cfg = gate.levers.require("speculative")
+    sc, st, h = gate.matrix.scenarios, gate.settings, gate.server
+    ref, ref_figures = gate.levers.reference("speculative")
     if cfg.speculative and ref is None:
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
     figures: dict[str, list[float]] = {}
-    not_meaningful = gate.acceptance_meaningful() if cfg.speculative else None
-    caveat = gate.acceptance_caveat() if cfg.speculative and not not_meaningful else None
+    not_meaningful = gate.levers.acceptance_meaningful() if cfg.speculative else None
+    caveat = gate.levers.acceptance_caveat() if cfg.speculative and not not_meaningful else None
     if caveat:
         gate.note(caveat)
     # The workloads.  Drafts from the context (n-gram prompt lookup) are proposed only where the
@@ -45,27 +45,27 @@ def test_speculative_decoding(gate):
     # point (a new machine proposed none at p64), so such an entry measures the lookup workload:
     # every pair of a few words is in the prompt and generation is restricted to those words, so
     # every step ends in a pair seen before and the drafter proposes, whatever the model emits
-    # (gate.lookup_requests).  Its reference measures that workload too, beside the plain one
+    # (gate.measure.lookup_requests).  Its reference measures that workload too, beside the plain one
     # that the other entries (a draft model, whose drafts are not restricted) are compared with.
-    lookup = gate.lookup_workload()
+    lookup = gate.measure.lookup_workload()
     workloads = []
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
         if not (lookup and cfg.speculative):
-            workloads.append((f"p{n_prompt}", n_prompt, gate.fresh_requests))
+            workloads.append((f"p{n_prompt}", n_prompt, gate.measure.fresh_requests))
         if lookup:
-            workloads.append((f"lookup-p{n_prompt}", n_prompt, gate.lookup_requests))
+            workloads.append((f"lookup-p{n_prompt}", n_prompt, gate.measure.lookup_requests))
     for variant, n_prompt, make in workloads:
         if st.warmup:
             gate.run(make(st.warmup, n_prompt, sc.spec_output_tokens, f"spec-warm-{variant}"), 1, account=False)
         acceptances, samples = [], []
         for r in range(st.repeats):
-            before = gate.scrape()
+            before = gate.measure.scrape()
             res = gate.run(make(1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
-            after = gate.scrape()
+            after = gate.measure.scrape()
             samples += res.ok
-            acceptances.append(h.engine.spec_acceptance(gate.delta(before, after)))
+            acceptances.append(h.engine.spec_acceptance(gate.measure.delta(before, after)))
         tok_s = [s.decode_tok_s for s in samples]
         figures[variant] = tok_s
         gate.record(metrics.DECODE_TOK_S, tok_s, variant)
@@ -99,4 +99,4 @@ def test_speculative_decoding(gate):
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
                             reference=ref.id, **extra)
     assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
-    gate.remember("speculative", figures)
+    gate.levers.remember("speculative", figures)

@@ -24,8 +24,8 @@ def test_quantization_agreement(gate):
         ids = done.token_ids if done.token_ids is not None else \
             pm.tok.encode(done.text, add_special_tokens=False).ids
         outputs.append({"text": done.text, "ids": ids})
-    gate.remember("agreement", {"outputs": outputs})
-    ref, ref_figures = gate.reference("agreement")
+    gate.levers.remember("agreement", {"outputs": outputs})
+    ref, ref_figures = gate.levers.reference("agreement")
     if ref is None:
         return
     if ref_figures is None:

@@ -53,7 +53,7 @@ def test_prompt_length_limits(gate):
            concurrency=st.integers(1, 4))
     def prop(prompt_len, max_tokens, concurrency):
         tried.append((prompt_len, max_tokens, concurrency))
-        reqs = [gate.request(prompt(prompt_len, f"{prompt_len}-{max_tokens}-{k}"), max_tokens,
+        reqs = [gate.measure.request(prompt(prompt_len, f"{prompt_len}-{max_tokens}-{k}"), max_tokens,
                              prompt_tokens=prompt_len) for k in range(concurrency)]
         note("reproduce: " + quality.as_curl(h, {**reqs[0].payload, "stream": True}))
         samples = gate.run(reqs, concurrency, account=False).samples   # judged below, failures included

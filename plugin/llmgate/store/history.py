@@ -160,6 +160,10 @@ def load(folder: Path) -> list[dict[str, Any]]:
 
 
 # -- from a pytest session (GateSession.finish, llmgate.runner.session, at the session's end) -----
+class ModelHashes(Protocol):
+    def model_hash(self, cfg: ServerConfig) -> str | None: ...
+
+
 class RecordedSession(Protocol):
     """What a record is made of: the part of a finished session (``llmgate.runner.session.GateSession``)
     the history reads.  A protocol here, so that this layer does not import the runner above it."""
@@ -174,9 +178,10 @@ class RecordedSession(Protocol):
     @property
     def matrix(self) -> Matrix: ...
 
-    def config_detail(self, cid: str) -> dict[str, Any] | None: ...
+    @property
+    def pool(self) -> ModelHashes: ...                # the session's servers (llmgate.runner.pool.ServerPool)
 
-    def model_hash(self, cfg: ServerConfig) -> str | None: ...
+    def config_detail(self, cid: str) -> dict[str, Any] | None: ...
 
 
 def folder_for(config) -> Path | None:
@@ -215,7 +220,7 @@ def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
         model_hash = fp.get("model_hash")
         if model_hash is None:
             try:
-                model_hash = gs.model_hash(gs.matrix.by_id(v.config_id))
+                model_hash = gs.pool.model_hash(gs.matrix.by_id(v.config_id))
             except Exception:
                 model_hash = None
         fconf = fp.get("config") if fp else {k: val for k, val in (config or {}).items()

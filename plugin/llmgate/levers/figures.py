@@ -1,0 +1,104 @@
+"""Figures shared between the entries of one session: what a lever scenario measured on an entry
+(for the entries that take it as their ``reference``), figures an entry works out once and reuses
+on its later boots, and the engine-vs-reference ratio (an entry's aggregate tok/s ÷ its reference
+engine's, measured earlier in the session).  ``SharedFigures`` is the session's store;
+``EntryLevers`` is one test's view of it (``gate.levers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from llmgate.analysis.stats import median
+from llmgate.analysis.verdict import Verdict
+from llmgate.config import matrix as matrix_mod
+from llmgate.config.matrix import Matrix, ServerConfig
+from llmgate.core import metrics
+
+
+class SharedFigures:
+    """The session's figures by (lever, entry id); ``("memo", id)`` and ``("engines", id)`` hold an
+    entry's memo and its aggregate tok/s values by variant and boot."""
+
+    def __init__(self) -> None:
+        self.by_entry: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+class EntryLevers:
+    """One test's view of the shared figures: its entry (None outside the matrix), the session's
+    matrix, and, for the engine ratio, how to record a metric and a note (the test's own)."""
+
+    def __init__(self, figures: SharedFigures, entry: ServerConfig | None, matrix: Callable[[], Matrix],
+                 record: Callable[..., Verdict | None], note: Callable[[str], None], boot: int | None = None):
+        self._figures, self._entry, self._matrix = figures, entry, matrix
+        self._record, self._note, self._boot = record, note, boot
+
+    def _cfg(self) -> ServerConfig:
+        if self._entry is None:
+            raise RuntimeError("not a scenario of the matrix: mark it @llmgate.scenario() (or take the "
+                               "llmgate_config fixture) so that it runs once per matrix entry")
+        return self._entry
+
+    def require(self, lever: str) -> ServerConfig:
+        """This test's matrix entry, which must take part in ``lever`` (tests carry
+        ``@pytest.mark.lever(name)``, so other entries were skipped before booting)."""
+        cfg = self._entry
+        if cfg is None or lever not in cfg.levers:
+            raise RuntimeError(f"require_lever({lever!r}): the test needs @pytest.mark.lever({lever!r}) and a matrix "
+                               f"entry that lists it")
+        return cfg
+
+    def remember(self, lever: str, figures: dict[str, Any]) -> None:
+        """Keep this entry's ``figures`` for ``lever``, for the entries that take it as their reference."""
+        self._figures.by_entry[(lever, self._cfg().id)] = figures
+
+    def reference(self, lever: str) -> tuple[ServerConfig | None, dict[str, Any] | None]:
+        """The reference entry of this test's entry and its figures for ``lever`` in this session."""
+        cfg = self._entry
+        if cfg is None or cfg.reference is None:
+            return None, None
+        ref = self._matrix().by_id(cfg.reference)
+        return ref, self._figures.by_entry.get((lever, ref.id))
+
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A figure of this entry worked out once a session and reused by its later boots (in A/B mode:
+        on side A's first boot, so that both sides get the same, e.g. the arrival rates of a latency
+        scenario): ``compute()`` the first time ``name`` is asked for, the same value after."""
+        memo = self._figures.by_entry.setdefault(("memo", self._cfg().id), {})
+        if name not in memo:
+            memo[name] = compute()
+        return memo[name]
+
+    def versus_reference_engine(self, values: list[float], variant: str) -> Verdict | None:
+        """The seed's engine comparison as a same-session ratio: this boot's aggregate tok/s ``values``
+        (``variant``: c8) ÷ the median over the boots of this entry's reference, where the reference is
+        another engine measured earlier in this session (same model and budget: the matrix says so).
+        Every entry's values are kept for the entries that take it as their reference."""
+        cfg = self._entry
+        if cfg is None:
+            return None
+        kept = self._figures.by_entry.setdefault(("engines", cfg.id), {}).setdefault(variant, {})
+        kept[self._boot or 1] = [float(v) for v in values]
+        if cfg.reference is None:
+            return None
+        ref = self._matrix().by_id(cfg.reference)
+        if ref.engine == cfg.engine:
+            return None
+        theirs = self._figures.by_entry.get(("engines", ref.id), {}).get(variant)
+        if not theirs:
+            self._note(f"aggregate tok/s @{variant} ÷ {ref.id}'s ({ref.engine}): not measured, as {ref.id} was not "
+                       f"measured at {variant} earlier in this session")
+            return None
+        base = median([median(v) for v in theirs.values()])
+        return self._record(metrics.ENGINE_RATIO, [v / base for v in values], variant, reference=ref.id,
+                            reference_engine=ref.engine, reference_boot_medians=[median(v) for v in theirs.values()])
+
+    def acceptance_meaningful(self) -> str | None:
+        """None when this entry's speculative acceptance is a figure to record and compare (a
+        context draft such as n-gram, or a trained draft on trained weights); else why not."""
+        return matrix_mod.spec_acceptance_meaningful(self._cfg(), self._matrix().models)
+
+    def acceptance_caveat(self) -> str | None:
+        """What this entry's (meaningful) speculative acceptance still does not say, e.g. that n-gram
+        acceptance on random weights is an upper bound; None when nothing."""
+        return matrix_mod.spec_acceptance_caveat(self._cfg(), self._matrix().models)

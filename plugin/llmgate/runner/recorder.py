@@ -1,0 +1,372 @@
+"""The recording pipeline of one test: ``record(metric, values)`` stores the values as the
+baseline store's entry and judges them against the compared baseline (the fingerprint and the
+provenance every stored result carries, the boots of an entry, A/B mode's sides), accounts for
+every request sent, and keeps the test's verdicts for the confirmation policy
+(``runner/confirm.py``), which reads them through the public members at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from llmgate.store import baseline as baseline_store
+from llmgate.device import hardware as device
+from llmgate.core import metrics
+from llmgate.analysis import noise_prior
+from llmgate.config.matrix import ServerConfig
+from llmgate.load.samples import LoadResult
+from llmgate.process.server import ServerDied
+from llmgate.runner.boots import MeasurementBoot
+from llmgate.analysis.stats import Noise, median
+from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
+
+if TYPE_CHECKING:
+    from llmgate.runner.session import GateSession
+
+
+def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[int]) -> list[float]:
+    """The request counts of those boots that recorded one (``record(..., requests=)``)."""
+    return [float(r) for k in boots if (r := samp[k][1])]
+
+
+class Recorder:
+    """What one test recorded: its verdicts, notes and stored entries, and its requests' count."""
+
+    def __init__(self, item: pytest.Item, session: GateSession):
+        self.item, self._session = item, session
+        self.verdicts: list[Verdict] = []
+        self._stored: list[Any] = []            # pytest-benchmark entries this test added
+        self._first_measurement: list[Verdict] | None = None
+        self.notes: list[str] = []
+        self._confirm = True
+        self._request_counts = [0, 0]            # requests sent, failed (account)
+
+    @property
+    def entry(self) -> ServerConfig | None:
+        """The matrix entry this test measures; None for a test outside the matrix."""
+        callspec = getattr(self.item, "callspec", None)
+        return callspec.params.get("llmgate_config") if callspec else None
+
+    @property
+    def boot(self) -> MeasurementBoot | None:
+        """Boot k of its entry's K (``boot.of``) that this test measures (tests marked ``boots``:
+        decided where they were parametrized); None otherwise."""
+        callspec = getattr(self.item, "callspec", None)
+        k = callspec.params.get("llmgate_boot") if callspec else None
+        if self.entry is None or not isinstance(k, MeasurementBoot):
+            return None
+        return k
+
+    def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
+               raw: dict[str, Any] | None = None, *, parts: dict[str, Verdict] | None = None,
+               sampling: float | None = None, requests: int | None = None, **info: Any) -> Verdict | None:
+        """``gate.record`` (its docstring says what the arguments are): store ``values`` with the
+        provenance and fingerprint and judge them — on the entry's last measurement boot the boots
+        kept so far, in A/B mode side B's against side A's."""
+        values = [float(v) for v in values]
+        if not values:
+            raise ValueError(f"{metric.name}: no values to record")
+        metrics.register(metric)                 # a team's own Metric: known to options and reports from here on
+        key = metric.name + (f"@{variant}" if variant else "")
+        self._claim(key)
+        cfg = self.entry
+        test = getattr(self.item, "originalname", self.item.name)
+        boots, mb = [values], self.boot
+        samp: dict[int, tuple[float | None, float | None]] = {1: (sampling, requests)}
+        if mb is not None and cfg is not None:
+            k, n_boots = int(mb), mb.of
+            slot = (cfg.id, test, key)
+            self._session.boot_values.setdefault(slot, {})[k] = values
+            self._session.boot_raw.setdefault(slot, {})[k] = raw
+            self._session.boot_sampling.setdefault(slot, {})[k] = (sampling, requests)
+            if k < n_boots:
+                side = mb.side
+                self._session.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}"
+                                 + (f" (side {side[0]}, its boot {side[2]})" if side else "")
+                                 + f": {metric.display(median(values))} (median of {len(values)}"
+                                 + (f" values; sampling error {math.sqrt(sampling):.2%} over {requests} requests"
+                                    if sampling is not None and requests else "")
+                                 + f"); judged after boot {n_boots}")
+                return None
+            done = self._session.boot_values[slot]
+            boots = [done[i] for i in sorted(done)]
+            samp = dict(self._session.boot_sampling[slot])
+            if any(self._session.boot_raw[slot].get(i) is not None for i in done):
+                raw = {"boots": [self._session.boot_raw[slot].get(i) for i in sorted(done)]}
+        if mb is not None and cfg is not None and mb.plan.sides:
+            return self._record_ab(metric, key, cfg, test, mb, raw, samp, parts, info)
+        fp = self._fingerprint()
+        extra = {**self.provenance(), **info, "fingerprint": fp}
+        if raw is not None:
+            extra["raw"] = raw
+        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, fp,
+                                       self._session.settings.allow_mismatch)
+        base_boots = baseline_store.baseline_boots(base[1]) if base else None
+        notes, refused = [], []
+        offset = None
+        if base is None:
+            why = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
+            if why:
+                notes.append(why)
+                self._session.note_once(f"{cfg.id if cfg else self.item.name}: {why}")
+        if base is not None:
+            base_info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
+            base_fp = base_info.get("fingerprint") or {}
+            refused = baseline_store.fingerprint_mismatch(base_fp, fp)
+            change = baseline_store.engine_change(base_fp, fp)
+            if change:
+                notes.append(change)
+            if base_info.get("schema", baseline_store.SCHEMA_VERSION) < 3:
+                notes.append("baseline of schema 2: its values read as one boot without a noise model "
+                             "(re-record it with --benchmark-save and --llmgate-boots)")
+            if refused and self._session.settings.allow_mismatch:
+                notes.append("NOT COMPARABLE, compared anyway (--llmgate-allow-mismatch): " + "; ".join(refused))
+                self.item.warn(pytest.PytestWarning(f"{key}: compared with a baseline from another setup: "
+                                                    + "; ".join(refused)))
+                refused = []
+            if base_info.get("machine") != extra.get("machine"):
+                # another machine (or one that was not recorded): its offset is part of the difference
+                offset = noise_prior.machine_offset(cfg.device if cfg else None, metric)
+        prior = baseline_store.baseline_noise(base[1]) if base is not None and not refused else None
+        order = sorted(samp)
+        verdict = judge_boots(metric, key, cfg.id if cfg else self.item.name, boots, None if refused else base_boots,
+                              self._session.min_effect(metric, key, cfg, self.item), self._session.settings.alpha,
+                              base[0] if base else None, prior=prior,
+                              assumed=noise_prior.assumed(cfg.device if cfg else None, metric),
+                              now_sampling=[samp[i][0] for i in order],
+                              now_requests=_requests(samp, order),
+                              offset=offset, comparison="stored" if base is not None and not refused else "")
+        noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
+        self._stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
+        return self._finish_verdict(verdict, key, test, notes, parts, raw, base, refused)
+
+    def _finish_verdict(self, verdict: Verdict, key: str, test: str, notes: list[str],
+                        parts: dict[str, Verdict] | None, raw: dict[str, Any] | None, base: Any,
+                        refused: list[str]) -> Verdict:
+        cfg = self.entry
+        regime = self._session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
+        where = attribution(verdict, parts) if parts else None
+        if where:
+            notes.append(where)
+        verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime)
+        base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw"))
+                    if base is not None else None)
+        if raw is not None or base_raw is not None:
+            self._session.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
+        if refused:
+            verdict = dataclasses.replace(verdict, status=REFUSED, note="; ".join(refused))
+        self.verdicts.append(verdict)
+        self._session.verdicts.append(verdict)
+        return verdict
+
+    def _record_ab(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, mb: MeasurementBoot,
+                   raw: dict[str, Any] | None, samp: dict[int, tuple[float | None, float | None]],
+                   parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict:
+        """A/B mode, on the entry's last measurement boot: side B's boots judged against side A's, both
+        measured in this session, alternating (a same-session comparison: the machine, its offset and
+        its drift are the same on both sides).  B's boots are what a --benchmark-save stores; a stored
+        baseline, when one is compared with, is only set beside side A (what the machine's offset is)."""
+        slot = (cfg.id, test, key)
+        done = self._session.boot_values[slot]
+        plan = mb.plan
+        side = {k: s[0] for k in range(1, plan.total + 1) if (s := plan.side(k)) is not None}
+        a_name, b_name = plan.sides[0][0], plan.sides[1][0]
+        a_ks = [k for k in sorted(done) if side.get(k) == a_name]
+        b_ks = [k for k in sorted(done) if side.get(k) == b_name]
+        a_boots, b_boots = [done[k] for k in a_ks], [done[k] for k in b_ks]
+        order = "".join(side[k] if len(side[k]) == 1 else f"{side[k]} " for k in sorted(done) if k in side)
+        verdict = judge_boots(metric, key, cfg.id, b_boots, a_boots, self._session.min_effect(metric, key, cfg, self.item),
+                              self._session.settings.alpha, f"side {a_name} of this session",
+                              assumed=noise_prior.assumed(cfg.device, metric),
+                              now_sampling=[samp[k][0] for k in b_ks],
+                              now_requests=_requests(samp, b_ks),
+                              base_sampling=[samp[k][0] for k in a_ks],
+                              base_requests=_requests(samp, a_ks),
+                              comparison="same session")
+        verdict = dataclasses.replace(verdict, baseline_in_run=True)
+        notes = [f"same session: {len(a_boots)} boot(s) of {a_name} vs {len(b_boots)} of {b_name}, order {order.strip()}"]
+        fp = self._fingerprint()
+        extra = {**self.provenance(), **info, "fingerprint": fp,
+                 "ab": {"baseline_side": a_name, "candidate_side": b_name, "order": order.strip(),
+                        "baseline_side_boot_values": [median(b) for b in a_boots]}}
+        if raw is not None:
+            extra["raw"] = raw
+        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, fp,
+                                       self._session.settings.allow_mismatch)
+        if base is not None and not baseline_store.fingerprint_mismatch(
+                base[1]["extra_info"][baseline_store.EXTRA_KEY].get("fingerprint") or {}, fp):
+            stored = baseline_store.baseline_boots(base[1]) or []
+            if stored and a_boots:
+                offset = median([median(b) for b in a_boots]) / median([median(b) for b in stored]) - 1.0
+                notes.append(f"side {a_name} against the stored {base[0]}: {offset:+.1%} (this machine's offset and "
+                             f"drift since; not judged: the verdict rests on this session's side {a_name})")
+        noise = Noise.of(b_boots, [samp[k][0] for k in b_ks], _requests(samp, b_ks)).pooled(
+            Noise.of(a_boots, [samp[k][0] for k in a_ks], _requests(samp, a_ks)))     # both sides' boots: one machine
+        self._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
+        return self._finish_verdict(verdict, key, test, notes, parts, raw, None, [])
+
+    def account(self, *results: LoadResult) -> None:
+        """Account for every request of a measurement.  A failed one (HTTP error, malformed
+        stream, timeout) fails the test at once, naming the errors; the test's share of failed
+        requests becomes a verdict ("regressed" when any failed, whatever the baseline)."""
+        samples = [s for r in results for s in r.samples]
+        failed = [s for s in samples if not s.ok]
+        self._request_counts[0] += len(samples)
+        self._request_counts[1] += len(failed)
+        if failed:
+            v = self._requests_verdict()
+            errors = sorted({(s.error or "unknown error")[:300] for s in failed})
+            label = ", ".join(sorted({r.label for r in results if r.label})) or "measurement"
+            cfg = self.entry
+            server = self._session.servers.get(cfg.id) if cfg else None
+            h = server.handle if server is not None else None
+            if h is not None:
+                try:
+                    h.check_alive(settle_s=1.0)
+                except ServerDied as e:          # the engine died: that is the failure, the requests followed
+                    pytest.fail(f"{e}\n{len(failed)} of {len(samples)} requests ({label}) failed with it",
+                                pytrace=False)
+            pytest.fail(f"{v.config_id}: {len(failed)} of {len(samples)} requests failed ({label}); failed requests "
+                        f"are counted, never dropped:\n" + "\n".join(f"  {e}" for e in errors[:8]),
+                        pytrace=False)
+
+    def _requests_verdict(self) -> Verdict:
+        total, failed = self._request_counts
+        cfg = self.entry
+        v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
+                  [failed / total], None)
+        # no failure: "unchanged" where the test's figures were compared with a baseline, "no
+        # baseline" where none of them was (a save run), as every other row of the test says
+        others = [o.status for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
+        unfailed = NO_BASELINE if others and all(s == NO_BASELINE for s in others) else UNCHANGED
+        v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
+                                status=REGRESSED if failed else unfailed, note=f"{failed} of {total} requests failed")
+        self.verdicts.append(v)
+        self._session.verdicts.append(v)
+        self._request_counts = [0, 0]
+        return v
+
+    def attach(self, verdicts: list[Verdict], confirm: bool = False) -> None:
+        """Verdicts judged elsewhere (A/B mode) become this test's: it fails if one regressed.
+        ``confirm=False``: no confirmation run (an A/B comparison controls drift by design)."""
+        test = getattr(self.item, "originalname", self.item.name)
+        for v in verdicts:
+            v = dataclasses.replace(v, test=test)
+            self.verdicts.append(v)
+            self._session.verdicts.append(v)
+        self._confirm = self._confirm and confirm
+
+    def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
+        """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
+        key = metric.name + (f"@{variant}" if variant else "")
+        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, self._fingerprint(),
+                                       self._session.settings.allow_mismatch)
+        if base is None:
+            return None
+        info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
+        if (baseline_store.fingerprint_mismatch(info.get("fingerprint") or {}, self._fingerprint())
+                and not self._session.settings.allow_mismatch):
+            return None
+        return info
+
+    def note(self, text: str) -> None:
+        """Something the reader of the results must know (an unsupported figure…): shown in the summary."""
+        cfg = self.entry
+        self.notes.append(text)
+        self._session.notes.append(f"{cfg.id if cfg else self.item.name}: {text}")
+
+    def count_requests(self) -> Verdict | None:
+        """(after the test's call) The ``failed_requests`` row of the requests accounted for since the
+        last one — every one succeeded, or the test failed already; None when none were sent."""
+        return self._requests_verdict() if self._request_counts[0] else None
+
+    @property
+    def confirmable(self) -> bool:
+        """Whether a regression of this test is re-measured once on a fresh server: not with
+        ``--llmgate-no-confirm``, not for verdicts judged elsewhere (``attach``), not where a verdict
+        spans the entry's measurement boots already."""
+        boot = self.boot
+        return self._session.settings.confirm and self._confirm and not (boot is not None and boot.of > 1)
+
+    @property
+    def regressions(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.failed]
+
+    @property
+    def refusals(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.status == REFUSED]
+
+    def start_confirmation(self) -> list[Verdict]:
+        """Set the first measurement aside (kept in the report, dropped from storage) before re-measuring."""
+        first = list(self.verdicts)
+        baseline_store.drop_stored(self.item.config, self._stored)
+        self._stored.clear()
+        for v in first:
+            if v in self._session.verdicts:
+                self._session.verdicts.remove(v)
+        self.verdicts.clear()
+        self._first_measurement = first
+        return first
+
+    def _claim(self, key: str) -> None:
+        """Two tests may not store under one baseline key (their scenario names would collide)."""
+        full = f"{baseline_store.stored_key(self.item)}::{key}"
+        other = self._session.stored_keys.setdefault(full, self.item.nodeid)
+        if other != self.item.nodeid and baseline_store.base_nodeid(other) != baseline_store.base_nodeid(self.item.nodeid):
+            raise RuntimeError(f"{self.item.nodeid} and {other} both record {full!r}: baseline keys are "
+                               f"scenario + entry + metric, so two scenarios need different function names")
+
+
+    def provenance(self) -> dict[str, Any]:
+        """What every stored result carries: configuration, engine, model, device, settings, memory,
+        and what ``pytest_llmgate_provenance`` hooks add."""
+        out = self._provenance()
+        self.item.config.hook.pytest_llmgate_provenance(item=self.item, entry=self.entry, provenance=out)
+        return out
+
+    def _provenance(self) -> dict[str, Any]:
+        st = self._session.settings
+        cfg = self.entry
+        out: dict[str, Any] = {"device": device.describe(), "machine": device.machine_id(cfg.device if cfg else "cpu"),
+                               "settings": {"repeats": st.repeats, "warmup": st.warmup,
+                                            "request_timeout_s": st.request_timeout}}
+        if cfg is None:
+            return out
+        out["config"] = cfg.describe()
+        server = self._session.servers.get(cfg.id)
+        if server is not None and server.handle is not None:
+            h = server.handle
+            out.update(engine=dataclasses.asdict(h.engine_info), model_path=str(h.model_path),
+                       model_hash=h.model_hash, startup_s=h.startup_s, boot=h.boot_number,
+                       peak_rss_bytes=h.memory.peak(), engine_log=h.engine.read_log(h.log_tail(3000)))
+        return out
+
+    def _fingerprint(self) -> dict[str, Any]:
+        cfg = self.entry
+        server = self._session.servers.get(cfg.id) if cfg else None
+        handle = server.handle if server is not None else None
+        model_hash: str | None
+        engine: dict[str, Any] | None
+        if handle is not None:
+            model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
+        else:
+            model_hash = self._session.pool.model_hash(cfg) if cfg else None
+            engine = {"engine": cfg.engine} if cfg else None
+        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
+                                          self._session.matrix.scenarios.workload(cfg.device if cfg else None))
+
+    def min_effect(self, metric: metrics.Metric, key: str) -> float:
+        """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this
+        test: ``--llmgate-min-effect``, then the test's ``@pytest.mark.llmgate(min_effect=…)``, then
+        the entry's ``min_effect``, then the metric's own."""
+        return self._session.min_effect(metric, key, self.entry, self.item)
+
+    def set_regime(self, regime: dict[str, Any]) -> None:
+        """What bounds this entry (``device.classify``): shown beside every verdict of the entry."""
+        cfg = self.entry
+        if cfg is None:
+            raise RuntimeError(f"{self.item.nodeid}: set_regime needs a matrix entry")
+        self._session.regimes[cfg.id] = regime
