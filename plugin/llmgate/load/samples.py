@@ -37,6 +37,7 @@ class Sample:
     finish_reason: str | None = None
     status: int | None = None
     error: str | None = None
+    error_type: str | None = None          # the exception that ended it ("RemoteProtocolError", "TimeoutError"…)
     retries: int = 0
     text: str = ""
     engine_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. llama.cpp "timings"

@@ -482,11 +482,12 @@ class Gate:
         base_boots = baseline_store.baseline_boots(base[1]) if base else None
         notes, refused = [], []
         offset = None
+        missing = None
         if base is None:
-            why = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
-            if why:
-                notes.append(why)
-                self.session.note_once(f"{cfg.id if cfg else self.item.name}: {why}")
+            missing = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
+            if missing:
+                notes.append(missing.note)
+                self.session.note_once(f"{cfg.id if cfg else self.item.name}: {missing.note}")
         if base is not None:
             base_info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
             base_fp = base_info.get("fingerprint") or {}
@@ -514,6 +515,8 @@ class Gate:
                               now_sampling=[samp[i][0] for i in order],
                               now_requests=_requests(samp, order),
                               offset=offset, comparison="stored" if base is not None and not refused else "")
+        if missing:
+            verdict = dataclasses.replace(verdict, no_baseline=missing.reason)
         noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
         self._stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
         return self._finish_verdict(verdict, key, test, notes, parts, raw, base, refused)
