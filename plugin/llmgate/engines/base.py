@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 import httpx
 
 from llmgate.core.types import ServerConfig
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.engines.meters import Delta, Scrape, SpecAcceptance
 
 
@@ -137,7 +137,7 @@ class Engine(Protocol):
 
     def engine_timers(self, delta: Delta) -> dict[str, float]:
         """The engine's own per-request timers between two scrapes, as window means in seconds, by
-        part (``signals.ENGINE_PARTS``: ttft, queue, prefill, decode, tpot, itl, e2e): only the parts
+        part (``meters.ENGINE_PARTS``: ttft, queue, prefill, decode, tpot, itl, e2e): only the parts
         the engine keeps and that saw requests in the interval."""
 
     def kv_capacity(self, scrape: Scrape) -> int | None:
@@ -157,7 +157,7 @@ def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
         return cfg.gpu_memory_utilization
     if cfg.gpu_memory_bytes is None:
         return None
-    return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
+    return hardware.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
 
 
 def convert_once(out: Path, make: Callable[[Path], None]) -> Path:

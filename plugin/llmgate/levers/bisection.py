@@ -161,12 +161,12 @@ def step_line(s: Step, labels: Sequence[str]) -> str:
 def decode_workload(repeats: int, warmup: int, timeout: float, prompt_tokens: int = 64, output_tokens: int = 128):
     """decode_tok_s and ttft_c1 only (one request at a time): what the bisect of a decode
     regression needs, at a fraction of the standard A/B workload's time."""
-    from llmgate.load import workloads as load
+    from llmgate.load import workloads
 
     def workload(handles, prompts):
         outs = []
         for i, h in enumerate(handles):
-            dec = load.decode_run(h, prompts, prompt_tokens, output_tokens, repeats, warmup, timeout, f"bisect{i}")
+            dec = workloads.decode_run(h, prompts, prompt_tokens, output_tokens, repeats, warmup, timeout, f"bisect{i}")
             if dec.failures:
                 raise RuntimeError(f"{h.config.id}: {len(dec.failures)} request(s) failed: {dec.failures[0].error}")
             outs.append({"decode_tok_s": [s.decode_tok_s for s in dec.ok], "ttft_c1": [s.ttft for s in dec.ok]})

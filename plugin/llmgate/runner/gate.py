@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from llmgate.store import baseline as baseline_store
-from llmgate.device import hardware as device
-from llmgate.load import workloads as load
+from llmgate.device import hardware
+from llmgate.load import workloads
 from llmgate.core import metrics
 from llmgate.analysis import noise_prior
-from llmgate.engines import meters as signals
+from llmgate.engines import meters
 from llmgate.analysis import stats
 from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config import matrix as matrix_mod
@@ -47,7 +47,7 @@ class Gate:
     """Records a test's metrics into the baseline store and judges them against the baseline."""
 
     def __init__(self, item: pytest.Item, session: GateSession, request: pytest.FixtureRequest | None = None):
-        self.item, self.session, self._request = item, session, request
+        self.item, self.session, self._fixture_request = item, session, request
         self.verdicts: list[Verdict] = []
         self._stored: list[Any] = []            # pytest-benchmark entries this test added
         self._first_measurement: list[Verdict] | None = None
@@ -70,9 +70,9 @@ class Gate:
         """The entry's running server (booted on first use, once per session; ``base_url``,
         ``model_name``, ``engine``, ``tokenizer_path`` …)."""
         self.entry
-        if self._request is None:
+        if self._fixture_request is None:
             raise RuntimeError("this Gate was made without its fixture request")
-        return self._request.getfixturevalue("llmgate_server")
+        return self._fixture_request.getfixturevalue("llmgate_server")
 
     @property
     def prompts(self) -> PromptMaker:
@@ -112,10 +112,10 @@ class Gate:
             sizes.update(min_requests=window_requests, min_s=min(sizes["min_s"], 1.0))
         if window_max_s is not None:
             sizes.update(max_s=max(window_max_s, sizes["min_s"]))
-        window = load.Steady(**sizes)
+        window = workloads.Steady(**sizes)
         if output_spread is None:
             output_spread = self.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
-        result = load.steady(h, load.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread,
+        result = workloads.steady(h, workloads.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread,
                                           **fields),
                              concurrency, window, self.settings.request_timeout, rate=rate, label=label)
         self.requests(result)
@@ -135,7 +135,7 @@ class Gate:
         st = self.settings
         if server is not None and prompts is None:
             raise ValueError("sequential(server=…) needs that server's prompts (the prompts= it was given)")
-        result = load.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
+        result = workloads.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
                                  st.repeats if requests is None else requests, st.warmup, st.request_timeout,
                                  seed or self._seed("sequential"))
         self.requests(result)
@@ -145,20 +145,20 @@ class Gate:
                 fixed_length: bool = True, **fields: Any) -> Request:
         """One streaming /v1/completions request (greedy; exactly ``max_tokens`` generated unless
         ``fixed_length=False``); extra body fields as keywords."""
-        return load.completion(self.server, prompt, max_tokens, fixed_length=fixed_length,
+        return workloads.completion(self.server, prompt, max_tokens, fixed_length=fixed_length,
                                prompt_tokens=prompt_tokens, **fields)
 
     def fresh_requests(self, n: int, prompt_tokens: int, output_tokens: int, seed: str) -> list[Request]:
         """``n`` requests with distinct prompts of exactly ``prompt_tokens`` tokens (seeds
         ``{seed}:0`` …), each generating exactly ``output_tokens``."""
-        return load.fixed_requests(self.server, self.prompts, n, prompt_tokens, output_tokens, seed)
+        return workloads.fixed_requests(self.server, self.prompts, n, prompt_tokens, output_tokens, seed)
 
     def run(self, requests: list[Request], concurrency: int = 1, *, label: str = "",
             account: bool = True) -> LoadResult:
         """Send ``requests`` with at most ``concurrency`` in flight.  With ``account`` (the default)
         every request is accounted for: a failed one fails the test; ``account=False`` is for
         warm-ups and for scenarios that judge failures themselves."""
-        result = load.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
+        result = workloads.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
         if account:
             self.requests(result)
         return result
@@ -172,7 +172,7 @@ class Gate:
     def engine_parts(self, result: SteadyResult) -> dict[str, list[float]]:
         """Per repeat of a steady window (the window cut into ``settings.repeats`` parts, as
         ``repeat_values`` cuts it): the engine's own per-request timers as window means (seconds;
-        ``signals.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
+        ``meters.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
         ``frontend``: the client's mean TTFT minus the engine's over the requests whose first token
         came in the same interval.  {} for an engine without those timers."""
         poller = result.engine_readings
@@ -213,33 +213,33 @@ class Gate:
         """The figures of a whole steady-state window (not cut into repeats)."""
         return stats.window_metrics(result)
 
-    def scrape(self) -> signals.Scrape:
+    def scrape(self) -> meters.Scrape:
         """The engine's own /metrics now (``delta(before, after)`` gives what changed)."""
         h = self.server
-        return signals.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers())
+        return meters.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers())
 
     @staticmethod
-    def delta(before: signals.Scrape, after: signals.Scrape) -> signals.Delta:
-        return signals.Delta(before, after)
+    def delta(before: meters.Scrape, after: meters.Scrape) -> meters.Delta:
+        return meters.Delta(before, after)
 
     def set_regime(self, regime: dict[str, Any]) -> None:
-        """What bounds this entry (``device.classify``): shown beside every verdict of the entry."""
+        """What bounds this entry (``hardware.classify``): shown beside every verdict of the entry."""
         self.session.regimes[self.entry.id] = regime
 
-    def gpu_sampler(self) -> device.GpuSampler:
+    def gpu_sampler(self) -> hardware.GpuSampler:
         """A context manager sampling the GPU (memory, utilisation, clocks) while a measurement
         runs; a no-op on a CPU entry."""
-        return device.GpuSampler(enabled=self.entry.device == "gpu")
+        return hardware.GpuSampler(enabled=self.entry.device == "gpu")
 
     @staticmethod
     def client_pids() -> list[int]:
         """The client processes measuring (beside this one) while a run is in flight."""
-        return load.client_pids()
+        return workloads.client_pids()
 
     @staticmethod
     def client_workers(concurrency: int) -> int:
         """How many client processes a load at ``concurrency`` is dealt to."""
-        return load.client_workers(concurrency)
+        return workloads.client_workers(concurrency)
 
     # -- scenarios that boot servers of their own (A/B mode, the max_model_len probe) -------------
     # They take the ``llmgate_exclusive`` fixture: they run after every other test, with the
@@ -342,7 +342,7 @@ class Gate:
     def _provenance(self) -> dict[str, Any]:
         st = self.session.settings
         cfg = self._config_entry
-        out: dict[str, Any] = {"device": device.describe(), "machine": device.machine_id(cfg.device if cfg else "cpu"),
+        out: dict[str, Any] = {"device": hardware.describe(), "machine": hardware.machine_id(cfg.device if cfg else "cpu"),
                                "settings": {"repeats": st.repeats, "warmup": st.warmup,
                                             "request_timeout_s": st.request_timeout}}
         if cfg is None:
@@ -415,7 +415,7 @@ class Gate:
         else:
             model_hash = self.session.model_hash(cfg) if cfg else None
             engine = {"engine": cfg.engine} if cfg else None
-        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
+        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
                                           self.session.matrix.scenarios.workload(cfg.device if cfg else None))
 
     def _measurement_boot(self) -> tuple[int, int] | None:
