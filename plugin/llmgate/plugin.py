@@ -17,11 +17,11 @@ import pytest
 
 from llmgate.store import baseline as baseline_store
 from llmgate import engines, hookspec
-from llmgate.device import hardware as device
-from llmgate.report import reports as report
+from llmgate.device import hardware
+from llmgate.report import reports
 from llmgate.process import server as server_mod
 from llmgate.process import strays
-from llmgate.runner import distribution as xdist
+from llmgate.runner import distribution
 from llmgate.process import interrupts as interrupt
 from llmgate.config.ids import LEVER_OFF
 from llmgate.runner import confirm
@@ -108,8 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "e.g. min_effect={'ttft_p95': 0.2}")
     # baselines/ under the rootdir, every stored file checked, the comparison taken over
     baseline_store.configure(config, config.rootpath / config.getini("llmgate_baselines"))
-    xdist.configure(config)
-    config.pluginmanager.register(xdist, "llmgate-xdist")
+    distribution.configure(config)
+    config.pluginmanager.register(distribution, "llmgate-distribution")
     config.stash[SESSION_KEY] = gs = GateSession(config)
     config.pluginmanager.register(gs, "llmgate-session")      # its pytest_* methods are hooks of this config
     # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the session like Ctrl-C
@@ -132,8 +132,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         gs.interrupts.uninstall()
         if config.pluginmanager.is_registered(gs):
             config.pluginmanager.unregister(gs)
-    if config.pluginmanager.is_registered(xdist):
-        config.pluginmanager.unregister(xdist)
+    if config.pluginmanager.is_registered(distribution):
+        config.pluginmanager.unregister(distribution)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -144,8 +144,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     gs = config.stash.get(SESSION_KEY, None)
     if gs is not None:
         gs.load_matrix_file()
-    baseline_store.session_start(config, xdist.worker(config), lambda line: say(config, line))
-    if gs is not None and not xdist.worker(config):
+    baseline_store.session_start(config, distribution.worker(config), lambda line: say(config, line))
+    if gs is not None and not distribution.worker(config):
         for line in strays.sweep(gs.out_dir):            # servers a killed run left behind
             say(config, line)
 
@@ -185,10 +185,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         lever = item.get_closest_marker("lever")
         callspec = getattr(item, "callspec", None)
         cfg = callspec.params.get("llmgate_config") if callspec else None
-        if cfg is not None and cfg.device == "gpu" and cfg.tensor_parallel > 1 and not device.why_no_gpu():
-            have = len(device.visible_gpus())
+        if cfg is not None and cfg.device == "gpu" and cfg.tensor_parallel > 1 and not hardware.why_no_gpu():
+            have = len(hardware.visible_gpus())
             if have < cfg.tensor_parallel:
-                worker = xdist.worker(item.config)
+                worker = distribution.worker(item.config)
                 item.add_marker(pytest.mark.skip(reason=(
                     f"{cfg.id}: tensor_parallel = {cfg.tensor_parallel} needs {cfg.tensor_parallel} GPUs, "
                     + (f"pytest-xdist worker {worker} has {have} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}): "
@@ -208,7 +208,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.skip(reason="A/B mode: give two engine environments with "
                                                 "--llmgate-ab A=LAUNCHER --llmgate-ab B=LAUNCHER"))
     if item.get_closest_marker("gpu") is not None:
-        no_gpu = device.why_no_gpu()
+        no_gpu = hardware.why_no_gpu()
         if no_gpu:      # first, so it is the reason given: without a GPU nothing else decides
             item.add_marker(pytest.mark.skip(reason=no_gpu), append=False)
 
@@ -352,5 +352,5 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config):
     finally:
         gs = config.stash.get(SESSION_KEY, None)
         if gs is not None:
-            report.terminal_section(terminalreporter, gs, hidden, config.getoption("llmgate_reference"),
+            reports.terminal_section(terminalreporter, gs, hidden, config.getoption("llmgate_reference"),
                                     config.rootpath / "baselines" / "reference")

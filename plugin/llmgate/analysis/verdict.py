@@ -22,6 +22,27 @@ class Status(StrEnum):
     REFUSED = "refused: not comparable"
 
 
+class NoBaseline(StrEnum):
+    """Why a verdict has no baseline while comparing; the value is what a table's verdict cell says
+    (the note says it in full: the nearest stored run and what differs)."""
+
+    STORED = "no baseline stored"
+    TEST = "no baseline for this test"
+    DEVICE = "no baseline for this device"
+    MODEL = "no baseline for this model"
+    CONFIGURATION = "no baseline for this configuration"
+
+
+class MdeBasis(StrEnum):
+    """What a verdict's MDE rests on (``mde_basis`` says it in words, for people)."""
+
+    BOOTS = "boots"                 # the boot values of both sides (a t-test)
+    PAIRS = "pairs"                 # paired values (a Wilcoxon test)
+    THIS_RUN = "this run"           # no baseline: what a baseline like this run would give
+    REPEATS = "repeats"             # repeats within one boot a side: a lower bound
+    UNKNOWN = "unknown"             # no MDE: boot-to-boot noise not measured, or too few pairs
+
+
 REGRESSED, IMPROVED, UNCHANGED = Status.REGRESSED, Status.IMPROVED, Status.UNCHANGED
 NO_BASELINE, REFUSED = Status.NO_BASELINE, Status.REFUSED
 DEFAULT_ALPHA = 0.05
@@ -70,6 +91,10 @@ class Verdict:
     # a stored baseline from another machine: the between-machine offset the MDE includes, in words
     # ("machine offset CV 15% (assumed: …)"); "" when the baseline is from this machine or this session
     machine_offset: str = ""
+    # what the MDE rests on (None: not said, as in a report.json written before it was)
+    mde_kind: MdeBasis | None = None
+    # with NO_BASELINE while comparing: why there is none (None: not comparing, or not said)
+    no_baseline: NoBaseline | None = None
 
     @property
     def failed(self) -> bool:
@@ -116,6 +141,7 @@ class Verdict:
             "noise_assumed": self.noise_assumed, "mde_lower_bound": self.mde_lower_bound,
             "baseline_in_run": self.baseline_in_run, "comparison": self.comparison,
             "machine_offset": self.machine_offset,
+            "mde_kind": self.mde_kind, "no_baseline": self.no_baseline,
         }
 
     @classmethod
@@ -142,20 +168,22 @@ class Verdict:
                    tuple(d.get("boot_values") or ()), tuple(d.get("baseline_boot_values") or ()),
                    Noise.from_dict(d.get("noise")), d.get("regime") or "", d.get("noise_assumed") or "",
                    bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")), d.get("comparison") or "",
-                   d.get("machine_offset") or "")
+                   d.get("machine_offset") or "",
+                   mde_kind=MdeBasis(d["mde_kind"]) if d.get("mde_kind") else None,
+                   no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None)
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
         if self.mde is None:
             return "MDE unknown" + (f": {self.mde_basis}" if self.mde_basis else "")
         out = f"MDE {self.mde:.1%}"
-        if self.mde_basis and not self.mde_basis.startswith(("boots", "pairs", "against")):
+        if self.mde_basis and self.mde_kind not in (MdeBasis.BOOTS, MdeBasis.PAIRS, MdeBasis.THIS_RUN):
             out += f", {self.mde_basis}"
         if self.machine_offset:
             out += f", includes the {self.machine_offset}"
         if self.mde > self.min_effect:
             out += " > min effect" + (f": {self.boots_needed} boots a side would reach it" if self.boots_needed
-                                      else ": more boots would not reach it" if self.mde_basis.startswith("boots")
+                                      else ": more boots would not reach it" if self.mde_kind == MdeBasis.BOOTS
                                       else "")
         return out
 
@@ -269,17 +297,17 @@ def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float],
         rng = np.random.default_rng(0)
         boot = np.median(rng.choice(np.asarray(ratios), (2000, len(ratios))), axis=1) - 1.0
         ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
-    mde, basis = None, "fewer than 3 pairs"
+    mde, basis, kind = None, "fewer than 3 pairs", MdeBasis.UNKNOWN
     logs_all = [math.log(r) for r in ratios if r > 0]
     if len(logs_all) >= 3:
         m = sum(logs_all) / len(logs_all)
         var = sum((x - m) ** 2 for x in logs_all) / (len(logs_all) - 1)
         mde = _rel(metric, (_t(1 - alpha, len(logs_all) - 1) + _t(POWER, len(logs_all) - 1))
                    * math.sqrt(max(var, 1e-12) / len(logs_all)))
-        basis = f"pairs ({len(logs_all)})"
+        basis, kind = f"pairs ({len(logs_all)})", MdeBasis.PAIRS
     return Verdict(metric, key, config_id, Summary.of(now), Summary.of(baseline), status, change, worse, eff, p,
                    method, baseline_source, ci=ci, samples=tuple(now), baseline_samples=tuple(baseline),
-                   mde=mde, mde_basis=basis)
+                   mde=mde, mde_basis=basis, mde_kind=kind)
 
 
 # -- boot-level verdicts: the boot is the unit -------------------------------------------------
@@ -352,26 +380,27 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
         v = judge(metric, key, config_id, now_vals if len(now_vals) > 1 else flat_now, None, eff, alpha,
                   baseline_source)
         mde = need = None
-        basis = ""
+        basis, kind = "", None
         if noise_now.between is not None and noise_now.df >= 1 and min(now_vals) > 0:
             # what a comparison with a baseline like this run would see: the figure to read
             # before saving it as one
             var = max(noise_now.between, noise_now.value_var, 1e-12)
             k = len(now_vals)
             mde = _rel(metric, _mde_log(var, max(noise_now.df, 2 * (k - 1)), k, k, alpha))
-            basis = f"against a baseline like this run ({k} boots)"
+            basis, kind = f"against a baseline like this run ({k} boots)", MdeBasis.THIS_RUN
             need = boots_needed(metric, var, noise_now.df, k, eff, alpha) if mde > eff else None
         elif assumed is not None and assumed[0].between is not None and now_vals and min(now_vals) > 0:
             var = max(assumed[0].between, noise_now.value_var, 1e-12)
             k = len(now_vals)
             mde = _rel(metric, _mde_log(var, max(assumed[0].df, 1), k, k, alpha))
             basis = f"against a baseline like this run ({k} boot{'s' * (k != 1)}), between-boot noise assumed"
+            kind = MdeBasis.THIS_RUN
             need = boots_needed(metric, var, assumed[0].df, k, eff, alpha) if mde > eff else None
             return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)),
                                        boot_values=tuple(now_vals), noise=noise_now, mde=mde, mde_basis=basis,
-                                       boots_needed=need, noise_assumed=assumed[1])
+                                       mde_kind=kind, boots_needed=need, noise_assumed=assumed[1])
         return dataclasses.replace(v, samples=tuple(flat_now), boots=(0, len(now_boots)), boot_values=tuple(now_vals),
-                                   noise=noise_now, mde=mde, mde_basis=basis, boots_needed=need)
+                                   noise=noise_now, mde=mde, mde_basis=basis, mde_kind=kind, boots_needed=need)
     base_boots = [list(map(float, b)) for b in base_boots if b]
     flat_base = [v for b in base_boots for v in b]
     base_vals = [median(b) for b in base_boots]
@@ -390,14 +419,17 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
         v = judge(metric, key, config_id, flat_now, flat_base, eff, alpha, baseline_source)
         mde = None
         basis = "one boot a side and no stored noise model: boot-to-boot noise not measured"
+        kind = MdeBasis.UNKNOWN
         lower = False
         if noise.within is not None and noise.within_df >= 1:
             rn, rb = max(1, len(flat_now)), max(1, len(flat_base))
             mde = _rel(metric, _mde_log(noise.within, noise.within_df, rn, rb, alpha))
             basis = "from repeats within one boot a side: a lower bound (boot-to-boot noise not measured)"
+            kind = MdeBasis.REPEATS
             lower = True
         method = "repeats within one boot a side, " + ("Mann-Whitney U" if v.p_value is not None else v.method)
-        return dataclasses.replace(v, method=method, mde=mde, mde_basis=basis, mde_lower_bound=lower, **common)
+        return dataclasses.replace(v, method=method, mde=mde, mde_basis=basis, mde_kind=kind,
+                                   mde_lower_bound=lower, **common)
     ln = [math.log(x) for x in now_vals]
     lb = [math.log(x) for x in base_vals]
     diff = sum(ln) / len(ln) - sum(lb) / len(lb)          # log of now ÷ baseline
@@ -427,7 +459,7 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     method = (f"t-test on boot values, between-boot CV {math.sqrt(var):.2%}{parts} (df {noise.df}, {src})")
     basis = f"boots ({len(lb)} vs {len(ln)})" + (", between-boot noise assumed" if source else "")
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
-                   ci=ci, mde=mde, mde_basis=basis, boots_needed=need, noise_assumed=source, **common)
+                   ci=ci, mde=mde, mde_basis=basis, mde_kind=MdeBasis.BOOTS, boots_needed=need, noise_assumed=source, **common)
 
 
 # -- where a latency's time went ---------------------------------------------------------------

@@ -99,7 +99,7 @@ ENGINE_E2E = M("engine_e2e", "engine E2E latency (mean)", "s", "lower", 0.10)
 # (0.5 ms: a GPU host's front end is 3-6 ms at c=1, and a 1 ms slower request path is a change to see)
 FRONTEND_TTFT = M("frontend_ttft", "TTFT beyond the engine's own (client − engine, mean)", "s", "lower", 0.10,
                   min_abs_effect=0.0005)
-# part of signals.ENGINE_PARTS (and the front end) → its metric
+# part of engines.meters.ENGINE_PARTS (and the front end) → its metric
 ENGINE_PART_METRICS = {"ttft": ENGINE_TTFT, "queue": ENGINE_QUEUE, "prefill": ENGINE_PREFILL, "tpot": ENGINE_TPOT,
                        "e2e": ENGINE_E2E, "frontend": FRONTEND_TTFT}
 

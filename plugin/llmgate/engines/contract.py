@@ -15,8 +15,8 @@ a GPU configuration — ``command()`` is a list of strings that names the model 
 host and port it is given, ``unavailable()`` is None or a reason, the request fields are
 JSON-serialisable tables, ``diagnose_boot()`` of a log it cannot know gives None or one line,
 the signal readers take empty scrapes, and ``ready()`` says False (not an exception) while
-nothing listens.  It does not check ``info``, ``prepare_model`` or ``reset_prefix_cache``
-beyond their signatures: those need the engine.
+nothing listens.  It does not check ``info``, ``prepare_model``, ``distribution`` or
+``reset_prefix_cache`` beyond their signatures: those need the engine.
 """
 
 from __future__ import annotations

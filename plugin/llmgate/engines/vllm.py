@@ -163,6 +163,9 @@ class Adapter(PythonModuleAdapter):
         dist, commit = _distribution(self.launcher(cfg))
         return EngineInfo("vllm", version, commit, {"distribution": dist} if dist else {})
 
+    def distribution(self, python: str) -> str | None:
+        return _distribution(python)[0]
+
     def structured_fields(self, spec: dict[str, Any]) -> dict[str, Any] | None:
         key = {"json_schema": "json", "regex": "regex", "choice": "choice"}[spec["type"]]
         value = spec.get("schema", spec.get("pattern", spec.get("choices")))

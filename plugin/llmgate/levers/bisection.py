@@ -161,12 +161,12 @@ def step_line(s: Step, labels: Sequence[str]) -> str:
 def decode_workload(repeats: int, warmup: int, timeout: float, prompt_tokens: int = 64, output_tokens: int = 128):
     """decode_tok_s and ttft_c1 only (one request at a time): what the bisect of a decode
     regression needs, at a fraction of the standard A/B workload's time."""
-    from llmgate.load import workloads as load
+    from llmgate.load import workloads
 
     def workload(handles, prompts):
         outs = []
         for i, h in enumerate(handles):
-            dec = load.decode_run(h, prompts, prompt_tokens, output_tokens, repeats, warmup, timeout, f"bisect{i}")
+            dec = workloads.decode_run(h, prompts, prompt_tokens, output_tokens, repeats, warmup, timeout, f"bisect{i}")
             if dec.failures:
                 raise RuntimeError(f"{h.config.id}: {len(dec.failures)} request(s) failed: {dec.failures[0].error}")
             outs.append({"decode_tok_s": [s.decode_tok_s for s in dec.ok], "ttft_c1": [s.ttft for s in dec.ok]})
@@ -192,13 +192,13 @@ def measure_step(cfg, matrix, log_dir: Path, launchers: Sequence[str], a: int, b
                 tuple("/".join(sorted({str(x) for x in res.versions[side]})) for side in ("A", "B")))
 
 
-def _label(env: str, python: str) -> str:
-    """An interpreter ENV is shown with the engine distribution installed in it."""
+def _label(env: str, python: str, engine: str) -> str:
+    """An interpreter ENV is shown with the release of ``engine`` installed in it."""
     from llmgate.tools.venvs import is_interpreter
     if not is_interpreter(env):
         return env
-    from llmgate.engines.vllm import _distribution
-    dist, _ = _distribution(python)
+    from llmgate import engines
+    dist = engines.get(engine).distribution(python)
     return f"{env} ({dist})" if dist else env
 
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = m.by_id(a.entry)
     min_effect = a.min_effect if a.min_effect is not None else AB_MIN_EFFECT.get(metric.name, metric.min_effect)
     launchers = [venvs.resolve(e, say) for e in a.envs]
-    labels = [_label(e, py) for e, py in zip(a.envs, launchers)]
+    labels = [_label(e, py, cfg.engine) for e, py in zip(a.envs, launchers)]
     if a.metric in ("decode_tok_s", "ttft_c1"):
         workload = decode_workload(a.repeats, a.warmup, a.timeout)
     else:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from llmgate.engines import meters as signals
+from llmgate.engines import meters
 from llmgate.load.workloads import PromptMaker, completion, run
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.process.server import BootError, Unsupported, Server, ServerHandle
@@ -141,7 +141,7 @@ def request_room(handle: ServerHandle) -> int | None:
     try:
         with httpx.Client(timeout=10.0) as http:
             return handle.engine.kv_capacity(
-                signals.scrape(http, handle.base_url, handle.engine.metrics_path, handle.auth_headers()))
+                meters.scrape(http, handle.base_url, handle.engine.metrics_path, handle.auth_headers()))
     except (httpx.HTTPError, ValueError):
         return None
 

@@ -35,19 +35,20 @@ async def stream_request(http: httpx.AsyncClient, url: str, payload: dict[str, A
 
     A connection that the server closes before sending any response byte (seen with
     llama-server on reused keep-alive connections) is retried once on a fresh
-    connection; the sample records that it was retried.
+    connection; the sample records that it was retried.  That is decided by the exception's
+    type (httpx's ``RemoteProtocolError`` before any status line), never by its message.
     """
-    sample = await _stream_once(http, url, payload, timeout, headers)
-    if (retry_unanswered and not sample.ok and sample.status is None
-            and sample.error and "without sending a response" in sample.error.lower()):
-        again = await _stream_once(http, url, payload, timeout, {**(headers or {}), "Connection": "close"})
+    sample, error = await _stream_once(http, url, payload, timeout, headers)
+    if retry_unanswered and sample.status is None and isinstance(error, httpx.RemoteProtocolError):
+        again, _ = await _stream_once(http, url, payload, timeout, {**(headers or {}), "Connection": "close"})
         again.retries = 1
         return again
     return sample
 
 
 async def _stream_once(http: httpx.AsyncClient, url: str, payload: dict[str, Any], timeout: float,
-                       headers: dict[str, str] | None) -> Sample:
+                       headers: dict[str, str] | None) -> tuple[Sample, Exception | None]:
+    """The sample, and the exception that ended it (None when none did)."""
     body = {**payload, "stream": True}
     start = time.perf_counter()
     s = Sample(ok=False, start=start, e2e=0.0, requested_output_tokens=payload.get("max_tokens"))
@@ -63,7 +64,7 @@ async def _stream_once(http: httpx.AsyncClient, url: str, payload: dict[str, Any
                     raw = (await r.aread()).decode("utf-8", "replace")
                     s.error = f"HTTP {r.status_code}: {raw[:500]}"
                     s.e2e = time.perf_counter() - start
-                    return s
+                    return s, None
                 done = False
                 async for line in r.aiter_lines():
                     now = time.perf_counter() - start
@@ -118,28 +119,20 @@ async def _stream_once(http: httpx.AsyncClient, url: str, payload: dict[str, Any
                 s.e2e = time.perf_counter() - start
                 if not done:
                     raise MalformedStream("stream ended without [DONE]")
-    except TimeoutError:
+    except (TimeoutError, MalformedStream, httpx.HTTPError) as e:
         s.e2e = time.perf_counter() - start
-        s.error = f"timeout: no complete response within {timeout:g} s (request timeout)"
+        s.error = (f"timeout: no complete response within {timeout:g} s (request timeout)" if isinstance(e, TimeoutError)
+                   else str(e) if isinstance(e, MalformedStream) else f"{type(e).__name__}: {e}")
+        s.error_type = type(e).__name__
         s.text = "".join(text_parts)
-        return s
-    except MalformedStream as e:
-        s.e2e = time.perf_counter() - start
-        s.error = str(e)
-        s.text = "".join(text_parts)
-        return s
-    except httpx.HTTPError as e:
-        s.e2e = time.perf_counter() - start
-        s.error = f"{type(e).__name__}: {e}"
-        s.text = "".join(text_parts)
-        return s
+        return s, e
     s.text = "".join(text_parts)
     s.chunk_tokens = per_chunk if continuous else None
     if s.completion_tokens is None:
         s.error = "no usage in the stream: cannot count tokens"
-        return s
+        return s, None
     if s.ttft is None and s.completion_tokens:
         s.error = "usage reports tokens but no token-carrying chunk arrived"
-        return s
+        return s, None
     s.ok = True
-    return s
+    return s, None

@@ -37,6 +37,7 @@ class Sample:
     finish_reason: str | None = None
     status: int | None = None
     error: str | None = None
+    error_type: str | None = None          # the exception that ended it ("RemoteProtocolError", "TimeoutError"…)
     retries: int = 0
     text: str = ""
     engine_fields: dict[str, Any] = dataclasses.field(default_factory=dict)  # e.g. llama.cpp "timings"
@@ -175,7 +176,7 @@ class SteadyResult(LoadResult):
     warmup: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     observed: dict[str, Any] = dataclasses.field(default_factory=dict)   # GPU clocks, engine CPU… during the run
-    # the engine's /metrics read through the run (a ``signals.Poller``), None when it has none
+    # the engine's /metrics read through the run (an ``engines.meters.Poller``), None when it has none
     engine_readings: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property

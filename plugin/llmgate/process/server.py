@@ -15,7 +15,7 @@ engine dies with the process that started it even when that one is killed with S
 what the engine's processes leave behind is reaped.  Each running server has a record under
 the output folder (``llmgate.process.strays``) so that a later run can stop one that escaped both.
 Before a GPU entry boots, the GPUs' free memory is checked against the engine's budget
-(``device.busy_gpu``): a card held by another process is named at once, not after the engine's
+(``hardware.busy_gpu``): a card held by another process is named at once, not after the engine's
 out-of-memory traceback.
 """
 
@@ -36,7 +36,7 @@ import httpx
 import psutil
 
 from llmgate import engines
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.process import strays
 from llmgate.models import tinymodel
 from llmgate.models import tokenizer
@@ -56,6 +56,11 @@ class BootError(RuntimeError):
     def __init__(self, message: str, diagnosis: engines.BootDiagnosis | None = None):
         super().__init__(message)
         self.diagnosis = diagnosis
+
+
+class PortInUse(BootError):
+    """The engine could not bind its port: another process took it between our check and the
+    engine's bind (its log says so, ``engines.port_clash``).  The boot is tried again on another port."""
 
 
 class Unsupported(BootError):
@@ -367,7 +372,7 @@ class Server:
             raise BootError(f"{self.cfg.id}: {e}") from None
         if self.cfg.device == "gpu":
             def check() -> str | None:
-                return device.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
+                return hardware.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
                                        lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
             busy = check()
             settle_until = _last_stop[0] + GPU_SETTLE_S
@@ -378,7 +383,7 @@ class Server:
                 raise BootError(busy)
         cfg, model = self._resolved()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        last_error: BootError | None = None
+        last_error: PortInUse | None = None
         for attempt in range(3):  # a port taken between our check and the engine's bind: pick another
             port = self.port if (self.port and attempt == 0) else free_port()
             if self.port and attempt == 0 and port_in_use(port):
@@ -388,10 +393,8 @@ class Server:
                 self.say(f"llmgate: {cfg.id}: the port was taken while it booted; retrying on {port}")
             try:
                 return self._start_once(cfg, model, port, attempt)
-            except BootError as e:
+            except PortInUse as e:
                 last_error = e
-                if "address already in use" not in str(e).lower():
-                    raise
         assert last_error is not None
         raise last_error
 
@@ -471,7 +474,8 @@ class Server:
                     text = tail(log_path, 400)
                     diag = self.engine.diagnose_boot(text)
                     reason = diag.reason if diag else f"exited with code {code}"
-                    raise BootError(f"{self.cfg.id}: {self.engine.name} server exited with code {code} while booting: "
+                    error = PortInUse if engines.port_clash(text) else BootError
+                    raise error(f"{self.cfg.id}: {self.engine.name} server exited with code {code} while booting: "
                                     f"{reason}\nlast lines of {log_path}:\n{tail(log_path)}", diag)
                 if self.engine.ready(http, base_url, str(self._model)):
                     return time.monotonic() - t0

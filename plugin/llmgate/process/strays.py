@@ -16,6 +16,7 @@ signalled.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -111,9 +112,23 @@ def _group(pgid: int, leader_create_time: float) -> list[psutil.Process]:
     return out
 
 
+@dataclasses.dataclass
+class Swept:
+    """What a sweep did: one line per server it stopped or could not stop, and how many it could not."""
+
+    lines: list[str] = dataclasses.field(default_factory=list)
+    not_stopped: int = 0
+
+
 def sweep(out_dir: Path, grace_s: float = 5.0) -> list[str]:
     """Stop every server whose record's pytest process is gone; return one line per server stopped."""
-    lines = []
+    return stop_strays(out_dir, grace_s).lines
+
+
+def stop_strays(out_dir: Path, grace_s: float = 5.0) -> Swept:
+    """``sweep``, with how many servers could not be stopped (the command's exit code)."""
+    swept = Swept()
+    lines = swept.lines
     for path in records(out_dir):
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
@@ -146,10 +161,11 @@ def sweep(out_dir: Path, grace_s: float = 5.0) -> list[str]:
             if left:
                 lines.append(f"llmgate: could not stop {what}: {len(left)} process(es) still running: "
                              + ", ".join(str(p.pid) for p in left))
+                swept.not_stopped += 1
                 continue                      # keep the record: the next run tries again
             lines.append(f"llmgate: stopped {what}")
         remove(path)
-    return lines
+    return swept
 
 
 def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -190,12 +206,12 @@ def _stop(procs: list[psutil.Process], grace_s: float) -> list[psutil.Process]:
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0]) if argv else Path(".llmgate")
-    lines = sweep(out)
-    for line in lines:
+    swept = stop_strays(out)
+    for line in swept.lines:
         print(line)
-    if not lines:
+    if not swept.lines:
         print(f"llmgate: no server left by an earlier run under {out}")
-    return 1 if any(line.startswith("llmgate: could not stop") for line in lines) else 0
+    return 1 if swept.not_stopped else 0
 
 
 if __name__ == "__main__":

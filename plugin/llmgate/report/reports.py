@@ -14,7 +14,6 @@ from typing import Any, Protocol
 
 from tabulate import tabulate
 
-from llmgate.store.baseline import no_baseline_reason
 from llmgate.config.ids import LEVER_OFF, entry_scope
 from llmgate.config.matrix import Matrix
 from llmgate.analysis.verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
@@ -43,8 +42,8 @@ def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
 
 def status_text(v: dict[str, Any]) -> str:
     """The verdict as a table shows it: a missing baseline says why (``no baseline for this device``)."""
-    if v["status"] == NO_BASELINE and v.get("note"):
-        return no_baseline_reason(v["note"]) or v["status"]
+    if v["status"] == NO_BASELINE and v.get("no_baseline"):
+        return str(v["no_baseline"])
     return v["status"]
 
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.config.ids import entry_scope
 
 
@@ -31,7 +31,7 @@ def configure(config: pytest.Config) -> None:
     (CUDA_VISIBLE_DEVICES, inherited by the servers it starts)."""
     n = workers(config)
     if n:
-        visible = device.visible_gpus()
+        visible = hardware.visible_gpus()
         if visible and n > len(visible):
             raise pytest.UsageError(f"llmgate gives each pytest-xdist worker its own GPU(s): -n {n} but "
                                     f"{len(visible)} GPU(s) visible; use -n {len(visible)} or fewer (or "
@@ -46,11 +46,11 @@ def configure(config: pytest.Config) -> None:
 def pytest_configure_node(node) -> None:
     """(controller, pytest-xdist) What a worker needs before it configures: its GPU share."""
     config = node.config
-    visible = device.visible_gpus()
+    visible = hardware.visible_gpus()
     if visible:
         n = max(1, workers(config))
         k = int(str(node.gateway.id).removeprefix("gw") or 0) % n
-        node.workerinput["llmgate_gpus"] = ",".join(str(i) for i in device.worker_share(visible, k, n))
+        node.workerinput["llmgate_gpus"] = ",".join(str(i) for i in hardware.worker_share(visible, k, n))
 
 
 def entry_scheduling(config: pytest.Config, log, entry_ids: list[str], groups: dict[str, str] | None = None):

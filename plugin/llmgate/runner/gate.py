@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from llmgate.load import workloads as load
+from llmgate.load import workloads
 from llmgate.core import metrics
 from llmgate.levers.figures import EntryLevers
-from llmgate.load.workloads import PromptMaker, Request
+from llmgate.workloads.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
-from llmgate.load.samples import LoadResult, SteadyResult
+from llmgate.workloads.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerHandle
 from llmgate.runner.measure import Measure
 from llmgate.runner.recorder import Recorder
@@ -36,7 +36,7 @@ class Gate:
     """What a scenario is given, how it runs a workload, and how it records the figures."""
 
     def __init__(self, item: pytest.Item, session: GateSession, request: pytest.FixtureRequest | None = None):
-        self._item, self._session, self._request = item, session, request
+        self._item, self._session, self._fixture_request = item, session, request
         self._recorder = Recorder(item, session)
         item.stash[RECORDER_KEY] = self._recorder       # the confirmation policy's, after the test's call
         boot = self._recorder.boot
@@ -64,9 +64,9 @@ class Gate:
         """The entry's running server (booted on first use, once per session; ``base_url``,
         ``model_name``, ``engine``, ``tokenizer_path`` …)."""
         self.entry
-        if self._request is None:
+        if self._fixture_request is None:
             raise RuntimeError("this Gate was made without its fixture request")
-        return self._request.getfixturevalue("llmgate_server")
+        return self._fixture_request.getfixturevalue("llmgate_server")
 
     @property
     def prompts(self) -> PromptMaker:
@@ -102,10 +102,10 @@ class Gate:
             sizes.update(min_requests=window_requests, min_s=min(sizes["min_s"], 1.0))
         if window_max_s is not None:
             sizes.update(max_s=max(window_max_s, sizes["min_s"]))
-        window = load.Steady(**sizes)
+        window = workloads.Steady(**sizes)
         if output_spread is None:
             output_spread = self.matrix.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
-        result = load.steady(h, load.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread,
+        result = workloads.steady(h, workloads.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread,
                                           **fields),
                              concurrency, window, self.settings.request_timeout, rate=rate, label=label)
         self._recorder.account(result)
@@ -125,7 +125,7 @@ class Gate:
         st = self.settings
         if server is not None and prompts is None:
             raise ValueError("sequential(server=…) needs that server's prompts (the prompts= it was given)")
-        result = load.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
+        result = workloads.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
                                  st.repeats if requests is None else requests, st.warmup, st.request_timeout,
                                  seed or self._seed("sequential"))
         self._recorder.account(result)
@@ -136,7 +136,7 @@ class Gate:
         """Send ``requests`` with at most ``concurrency`` in flight.  With ``account`` (the default)
         every request is accounted for: a failed one fails the test; ``account=False`` is for
         warm-ups and for scenarios that judge failures themselves."""
-        result = load.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
+        result = workloads.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
         if account:
             self._recorder.account(result)
         return result

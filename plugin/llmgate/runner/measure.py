@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llmgate.device import hardware as device
-from llmgate.load import workloads as load
+from llmgate.device import hardware
+from llmgate.load import workloads
 from llmgate.core import metrics
-from llmgate.engines import meters as signals
+from llmgate.engines import meters
 from llmgate.analysis import stats
 from llmgate.config import matrix as matrix_mod
 from llmgate.config.matrix import Matrix, ServerConfig
-from llmgate.load.samples import LoadResult, SteadyResult
-from llmgate.load.workloads import PromptMaker, Request
+from llmgate.workloads.samples import LoadResult, SteadyResult
+from llmgate.workloads.workloads import PromptMaker, Request
 from llmgate.process.server import ServerHandle
 from llmgate.runner.recorder import Recorder
 from llmgate.runner.settings import Settings
@@ -49,13 +49,13 @@ class Measure:
                 fixed_length: bool = True, **fields: Any) -> Request:
         """One streaming /v1/completions request (greedy; exactly ``max_tokens`` generated unless
         ``fixed_length=False``); extra body fields as keywords."""
-        return load.completion(self.server, prompt, max_tokens, fixed_length=fixed_length,
+        return workloads.completion(self.server, prompt, max_tokens, fixed_length=fixed_length,
                                prompt_tokens=prompt_tokens, **fields)
 
     def fresh_requests(self, n: int, prompt_tokens: int, output_tokens: int, seed: str) -> list[Request]:
         """``n`` requests with distinct prompts of exactly ``prompt_tokens`` tokens (seeds
         ``{seed}:0`` …), each generating exactly ``output_tokens``."""
-        return load.fixed_requests(self.server, self.prompts, n, prompt_tokens, output_tokens, seed)
+        return workloads.fixed_requests(self.server, self.prompts, n, prompt_tokens, output_tokens, seed)
 
 
     def repeat_values(self, result: SteadyResult, figure: str) -> list[float]:
@@ -67,7 +67,7 @@ class Measure:
     def engine_parts(self, result: SteadyResult) -> dict[str, list[float]]:
         """Per repeat of a steady window (the window cut into ``settings.repeats`` parts, as
         ``repeat_values`` cuts it): the engine's own per-request timers as window means (seconds;
-        ``signals.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
+        ``meters.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
         ``frontend``: the client's mean TTFT minus the engine's over the requests whose first token
         came in the same interval.  {} for an engine without those timers."""
         poller = result.engine_readings
@@ -108,29 +108,29 @@ class Measure:
         """The figures of a whole steady-state window (not cut into repeats)."""
         return stats.window_metrics(result)
 
-    def scrape(self) -> signals.Scrape:
+    def scrape(self) -> meters.Scrape:
         """The engine's own /metrics now (``delta(before, after)`` gives what changed)."""
         h = self.server
-        return signals.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers())
+        return meters.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers())
 
     @staticmethod
-    def delta(before: signals.Scrape, after: signals.Scrape) -> signals.Delta:
-        return signals.Delta(before, after)
+    def delta(before: meters.Scrape, after: meters.Scrape) -> meters.Delta:
+        return meters.Delta(before, after)
 
-    def gpu_sampler(self) -> device.GpuSampler:
+    def gpu_sampler(self) -> hardware.GpuSampler:
         """A context manager sampling the GPU (memory, utilisation, clocks) while a measurement
         runs; a no-op on a CPU entry."""
-        return device.GpuSampler(enabled=self._entry().device == "gpu")
+        return hardware.GpuSampler(enabled=self._entry().device == "gpu")
 
     @staticmethod
     def client_pids() -> list[int]:
         """The client processes measuring (beside this one) while a run is in flight."""
-        return load.client_pids()
+        return workloads.client_pids()
 
     @staticmethod
     def client_workers(concurrency: int) -> int:
         """How many client processes a load at ``concurrency`` is dealt to."""
-        return load.client_workers(concurrency)
+        return workloads.client_workers(concurrency)
     def lookup_workload(self) -> bool:
         """Whether this entry measures the speculative scenario's prompt-lookup workload
         (``lookup_requests``): its drafts come from the context, or it is the reference of an entry
@@ -185,5 +185,5 @@ class Measure:
         self._recorder.attach(verdicts, confirm)
 
     def set_regime(self, regime: dict[str, Any]) -> None:
-        """What bounds this entry (``device.classify``): shown beside every verdict of the entry."""
+        """What bounds this entry (``hardware.classify``): shown beside every verdict of the entry."""
         self._recorder.set_regime(regime)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from llmgate.store import baseline as baseline_store
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.core import metrics
 from llmgate.analysis import noise_prior
 from llmgate.config.matrix import ServerConfig
@@ -107,11 +107,12 @@ class Recorder:
         base_boots = baseline_store.baseline_boots(base[1]) if base else None
         notes, refused = [], []
         offset = None
+        missing = None
         if base is None:
-            why = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
-            if why:
-                notes.append(why)
-                self._session.note_once(f"{cfg.id if cfg else self.item.name}: {why}")
+            missing = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
+            if missing:
+                notes.append(missing.note)
+                self._session.note_once(f"{cfg.id if cfg else self.item.name}: {missing.note}")
         if base is not None:
             base_info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
             base_fp = base_info.get("fingerprint") or {}
@@ -139,6 +140,8 @@ class Recorder:
                               now_sampling=[samp[i][0] for i in order],
                               now_requests=_requests(samp, order),
                               offset=offset, comparison="stored" if base is not None and not refused else "")
+        if missing:
+            verdict = dataclasses.replace(verdict, no_baseline=missing.reason)
         noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
         self._stored.append(baseline_store.store(self.item, metric, key, boots, extra, noise.as_dict()))
         return self._finish_verdict(verdict, key, test, notes, parts, raw, base, refused)
@@ -330,7 +333,7 @@ class Recorder:
     def _provenance(self) -> dict[str, Any]:
         st = self._session.settings
         cfg = self.entry
-        out: dict[str, Any] = {"device": device.describe(), "machine": device.machine_id(cfg.device if cfg else "cpu"),
+        out: dict[str, Any] = {"device": hardware.describe(), "machine": hardware.machine_id(cfg.device if cfg else "cpu"),
                                "settings": {"repeats": st.repeats, "warmup": st.warmup,
                                             "request_timeout_s": st.request_timeout}}
         if cfg is None:
@@ -355,7 +358,7 @@ class Recorder:
         else:
             model_hash = self._session.pool.model_hash(cfg) if cfg else None
             engine = {"engine": cfg.engine} if cfg else None
-        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, device.describe(), engine,
+        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
                                           self._session.matrix.scenarios.workload(cfg.device if cfg else None))
 
     def min_effect(self, metric: metrics.Metric, key: str) -> float:
@@ -365,7 +368,7 @@ class Recorder:
         return self._session.min_effect(metric, key, self.entry, self.item)
 
     def set_regime(self, regime: dict[str, Any]) -> None:
-        """What bounds this entry (``device.classify``): shown beside every verdict of the entry."""
+        """What bounds this entry (``hardware.classify``): shown beside every verdict of the entry."""
         cfg = self.entry
         if cfg is None:
             raise RuntimeError(f"{self.item.nodeid}: set_regime needs a matrix entry")

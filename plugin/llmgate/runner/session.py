@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from llmgate.store import baseline as baseline_store
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.core import metrics
-from llmgate.report import reports as report
+from llmgate.report import reports
 from llmgate.process import server as server_mod
-from llmgate.runner import distribution as xdist
+from llmgate.runner import distribution
 from llmgate.config import matrix as matrix_mod
 from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
@@ -36,7 +36,7 @@ class GateSession:
         self.settings = Settings.from_config(config)
         out = config.getoption("llmgate_out") or ".llmgate"
         self.out_dir = (config.rootpath / out) if not Path(out).is_absolute() else Path(out)
-        self.worker = xdist.worker(config)
+        self.worker = distribution.worker(config)
         if self.worker:
             self.out_dir = self.out_dir / self.worker     # the controller merges the workers' reports
         self._matrix: Matrix | None = None
@@ -98,8 +98,8 @@ class GateSession:
             entries = self.matrix.entries
         except MatrixError:
             return None
-        groups = xdist.reference_groups({e.id: e.reference for e in entries})
-        return xdist.entry_scheduling(config, log, [e.id for e in entries], groups)
+        groups = distribution.reference_groups({e.id: e.reference for e in entries})
+        return distribution.entry_scheduling(config, log, [e.id for e in entries], groups)
 
     def load_matrix_file(self) -> Matrix:
         """(pytest_sessionstart) Read and check the matrix file, before anything is collected or
@@ -208,18 +208,18 @@ class GateSession:
             gs.notes.append(interrupted_line(gs.interrupted))
         if gs.verdicts:
             session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
-        if gs.verdicts or gs.boots or (gs.interrupted is not None and not xdist.workers(session.config)):
+        if gs.verdicts or gs.boots or (gs.interrupted is not None and not distribution.workers(session.config)):
             gs.out_dir.mkdir(parents=True, exist_ok=True)
-            gs.summary = summary = report.build(
-                device=device.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
+            gs.summary = summary = reports.build(
+                device=hardware.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
                 verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
             summary["interrupted"] = gs.interrupted
             summary["baseline_not_saved"] = not_saved
-            gs.report_files = report.write_all(summary, gs.out_dir,
+            gs.report_files = reports.write_all(summary, gs.out_dir,
                                                None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
-        elif xdist.workers(session.config):
+        elif distribution.workers(session.config):
             # the controller: the workers wrote their reports under out/gwN/ before they finished
             parts = []
             for f in sorted(gs.out_dir.glob("gw*/report.json")):
@@ -233,7 +233,7 @@ class GateSession:
                 gs.not_saved += [line for r in parts for line in r.get("baseline_not_saved") or []]
                 if gs.not_saved and session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED     # a worker's baseline was not saved
-                gs.summary = summary = report.merge(parts, argv, int(session.exitstatus))
+                gs.summary = summary = reports.merge(parts, argv, int(session.exitstatus))
                 summary["baseline_not_saved"] = list(gs.not_saved)
                 summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
                                                                 None)
@@ -241,7 +241,7 @@ class GateSession:
                 gs.verdicts[:] = [Verdict.from_dict(v) for v in summary["verdicts"]]      # the workers' verdicts
                 session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
                 gs.notes = summary["notes"] + gs.notes
-                gs.report_files = report.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+                gs.report_files = reports.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
 
 
 SESSION_KEY = pytest.StashKey[GateSession]()
@@ -255,7 +255,7 @@ def marker_min_effect(item: pytest.Item) -> dict[str, float]:
 def not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
     """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,
     where this process does not know which tests were meant for it)."""
-    if xdist.worker(session.config) or xdist.workers(session.config):
+    if distribution.worker(session.config) or distribution.workers(session.config):
         return None
     running = gs.interrupted.get("during") if gs.interrupted else None
     return [i.nodeid for i in session.items if i.nodeid not in gs.finished and i.nodeid != running]

@@ -18,6 +18,7 @@ provenance that llmgate's own verdict reads back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from llmgate.analysis.verdict import NoBaseline
 from llmgate.core.metrics import Metric
 
 EXTRA_KEY = "llmgate"
@@ -68,19 +70,26 @@ def fingerprint(config: dict[str, Any] | None, model_hash: str | None, device: d
 
 def fingerprint_mismatch(base: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """Why two fingerprints are not comparable (the engine build may differ: that is what is gated)."""
-    problems = []
+    return list(fingerprint_differences(base, now).values())
+
+
+def fingerprint_differences(base: dict[str, Any], now: dict[str, Any]) -> dict[str, str]:
+    """``fingerprint_mismatch`` by the part that differs: "device", "model", "configuration",
+    "workload" → the line that says how."""
+    problems: dict[str, str] = {}
     if base.get("device") != now.get("device"):
-        problems.append(f"device differs: baseline {_short(base.get('device'))} vs now {_short(now.get('device'))}")
+        problems["device"] = f"device differs: baseline {_short(base.get('device'))} vs now {_short(now.get('device'))}"
     if base.get("model_hash") != now.get("model_hash"):
-        problems.append(f"model differs: baseline content hash {str(base.get('model_hash'))[:12]} vs now "
-                        f"{str(now.get('model_hash'))[:12]}")
+        problems["model"] = (f"model differs: baseline content hash {str(base.get('model_hash'))[:12]} vs now "
+                             f"{str(now.get('model_hash'))[:12]}")
     bc, nc = base.get("config") or {}, now.get("config") or {}
     changed = sorted(k for k in set(bc) | set(nc) if bc.get(k) != nc.get(k))
     if changed:
-        problems.append("configuration differs: " + ", ".join(f"{k}: {bc.get(k)!r} → {nc.get(k)!r}" for k in changed))
+        problems["configuration"] = "configuration differs: " + ", ".join(f"{k}: {bc.get(k)!r} → {nc.get(k)!r}"
+                                                                        for k in changed)
     if "workload" in now and "workload" not in base:
-        problems.append("the baseline does not record its workload (made before request shapes were fingerprinted): "
-                        "re-record it")
+        problems["workload"] = ("the baseline does not record its workload (made before request shapes were "
+                                "fingerprinted): re-record it")
     elif "workload" in now:
         bw, nw = dict(base["workload"] or {}), now["workload"] or {}
         if bw.get("arrival_rate") is None and nw.get("arrival_rate") is not None:
@@ -88,8 +97,8 @@ def fingerprint_mismatch(base: dict[str, Any], now: dict[str, Any]) -> list[str]
             bw["arrival_rate"] = LEGACY_ARRIVAL_RATE.get(((base.get("config") or {}).get("device")) or "cpu")
         moved = sorted(k for k in set(bw) | set(nw) if bw.get(k) != nw.get(k))
         if moved:
-            problems.append("workload differs: " + ", ".join(f"scenarios.{k}: {bw.get(k)!r} → {nw.get(k)!r}"
-                                                             for k in moved))
+            problems["workload"] = "workload differs: " + ", ".join(f"scenarios.{k}: {bw.get(k)!r} → {nw.get(k)!r}"
+                                                                  for k in moved)
     return problems
 
 
@@ -565,7 +574,15 @@ def baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: dict[str
     return str(path), bench
 
 
-def why_no_baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: dict[str, Any]) -> str | None:
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """Why there is no baseline: the reason as a value (a table's cell) and the note in full."""
+
+    reason: NoBaseline
+    note: str
+
+
+def why_no_baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: dict[str, Any]) -> Missing | None:
     """Why ``nodeid::key`` has no baseline to compare with while comparing (None when not comparing):
     no baseline for this test, or for this device / model / configuration (the nearest stored
     result's difference: same device first, then same model).  A different engine build is never
@@ -578,31 +595,27 @@ def why_no_baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: d
     where = str(bs.storage) if bs is not None else "the storage"
     if stored is not None and not stored:
         which = "no stored run" if spec is True else f"no stored run matches --benchmark-compare={spec}"
-        return f"no baseline stored: {which} in {where} (record one with --benchmark-save=NAME)"
+        return Missing(NoBaseline.STORED,
+                       f"{NoBaseline.STORED}: {which} in {where} (record one with --benchmark-save=NAME)")
     candidates = _candidates(config, f"{nodeid}::{key}")
     if not candidates:
         runs = "the stored runs" if spec is True else f"the runs matching --benchmark-compare={spec}"
-        return f"no baseline for this test: {runs} in {where} hold none (record one with --benchmark-save=NAME)"
-    levels = (("device", lambda fp: fp.get("device") == fingerprint.get("device"), "device differs"),
-              ("model", lambda fp: fp.get("model_hash") == fingerprint.get("model_hash"), "model differs"),
-              ("configuration", lambda fp: False, "configuration differs"))
+        return Missing(NoBaseline.TEST,
+                       f"{NoBaseline.TEST}: {runs} in {where} hold none (record one with --benchmark-save=NAME)")
+    levels = ((NoBaseline.DEVICE, "device", lambda fp: fp.get("device") == fingerprint.get("device")),
+              (NoBaseline.MODEL, "model", lambda fp: fp.get("model_hash") == fingerprint.get("model_hash")),
+              (NoBaseline.CONFIGURATION, "configuration", lambda fp: False))
     nearest = candidates
-    for level, same, problem in levels:
+    for reason, part, same in levels:
         closer = [c for c in nearest if same(stored_fingerprint(c[1]))]
         if not closer:
             path, bench = nearest[-1]
-            why = fingerprint_mismatch(stored_fingerprint(bench), fingerprint)
+            why = fingerprint_differences(stored_fingerprint(bench), fingerprint)
             # the last level names whatever else differs (the configuration, or the workload)
-            detail = [d for d in why if d.startswith(problem)] or (why if level == "configuration" else [])
-            return f"no baseline for this {level}: the nearest, {path}, " + (detail[0] if detail else problem)
+            detail = why.get(part) or (next(iter(why.values()), None) if reason == NoBaseline.CONFIGURATION else None)
+            return Missing(reason, f"{reason}: the nearest, {path}, " + (detail or f"{part} differs"))
         nearest = closer
     return None
-
-
-def no_baseline_reason(note: str) -> str | None:
-    """The short form of a why_no_baseline() note for a table cell (``no baseline for this device``)."""
-    head = note.split(";", 1)[0].split(":", 1)[0]
-    return head if head.startswith("no baseline") else None
 
 
 def baseline_values(bench: dict[str, Any]) -> list[float] | None:

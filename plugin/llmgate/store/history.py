@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmgate.analysis import changepoint
-from llmgate.device import hardware as device
+from llmgate.device import hardware
 from llmgate.analysis.verdict import Verdict
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.store import baseline as baseline_store
@@ -225,7 +225,7 @@ def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
                 model_hash = None
         fconf = fp.get("config") if fp else {k: val for k, val in (config or {}).items()
                                              if k not in baseline_store.NOT_FINGERPRINTED}
-        prov = {"engine": engine, "device": fp.get("device") or _device_part(device.describe()),
+        prov = {"engine": engine, "device": fp.get("device") or _device_part(hardware.describe()),
                 "model_hash": model_hash, "config_fingerprint": config_fingerprint(fconf), "config": config}
         boots_of_run = _boots_of(gs, v, info)
         if not all(math.isfinite(x) and x > 0 for b in boots_of_run for x in b):
