@@ -17,9 +17,9 @@ import pytest
 from llmgate.load import workloads
 from llmgate.core import metrics
 from llmgate.levers.figures import EntryLevers
-from llmgate.workloads.workloads import PromptMaker, Request
+from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
-from llmgate.workloads.samples import LoadResult, SteadyResult
+from llmgate.load.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerHandle
 from llmgate.runner.measure import Measure
 from llmgate.runner.recorder import Recorder

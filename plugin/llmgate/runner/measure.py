@@ -16,8 +16,8 @@ from llmgate.engines import meters
 from llmgate.analysis import stats
 from llmgate.config import matrix as matrix_mod
 from llmgate.config.matrix import Matrix, ServerConfig
-from llmgate.workloads.samples import LoadResult, SteadyResult
-from llmgate.workloads.workloads import PromptMaker, Request
+from llmgate.load.samples import LoadResult, SteadyResult
+from llmgate.load.workloads import PromptMaker, Request
 from llmgate.process.server import ServerHandle
 from llmgate.runner.recorder import Recorder
 from llmgate.runner.settings import Settings
