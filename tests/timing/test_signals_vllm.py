@@ -113,11 +113,20 @@ def setup_run(pytester, test_source: str, entry: str = "sig", env: dict[str, str
     return run
 
 
+def _as_from_a_terminal() -> None:
+    """In the child before it runs pytest: SIGINT as a terminal gives it.  A shell without job
+    control starts a background command (`cmd &`) with SIGINT ignored, its children inherit that,
+    and Python then leaves it ignored; llmgate never replaces an ignored disposition (so a Ctrl-C
+    would do nothing: two fresh-machine runs started with `&` failed the double-Ctrl-C test so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(pytester, *args) -> subprocess.Popen:
     out = open(pytester.path / "out.txt", "wb")
     env = dict(os.environ, PYTHONFAULTHANDLER="1")       # a session that hangs shows where (SIGABRT)
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args],
-                            cwd=pytester.path, stdout=out, stderr=subprocess.STDOUT, process_group=0, env=env)
+                            cwd=pytester.path, stdout=out, stderr=subprocess.STDOUT, process_group=0, env=env,
+                            preexec_fn=_as_from_a_terminal)
 
 
 def output(pytester) -> str:
