@@ -110,7 +110,7 @@ class Scenarios:
         return out
 
     def steady(self, device: str, concurrency: int) -> dict[str, float]:
-        """The steady-state settings (``llmgate.load.workloads.Steady`` fields) of a load at ``concurrency``."""
+        """The steady-state settings (``llmgate.load.steady.Steady`` fields) of a load at ``concurrency``."""
         d = self._or_defaults(STEADY_DEFAULTS[device])
         return {"min_s": d["window_s"],
                 "min_requests": int(d["decode_window_requests"] if concurrency == 1 else d["window_requests"]),
