@@ -1,5 +1,11 @@
 """The machine results were measured on: CPU model, and NVIDIA GPUs through nvidia-ml-py.
-Every function answers sensibly when there is no GPU."""
+Every function answers sensibly when there is no GPU.
+
+Why one module over ~450 lines: the decode roofline and the regime judgement are analysis and
+belong in ``analysis/``, but docs/api.md publishes them as ``llmgate.device.decode_roofline`` and
+``llmgate.device.classify``, and device/ may not import analysis/: they stay here until that
+public name is settled.
+"""
 
 from __future__ import annotations
 

@@ -17,6 +17,10 @@ the output folder (``llmgate.process.strays``) so that a later run can stop one 
 Before a GPU entry boots, the GPUs' free memory is checked against the engine's budget
 (``device.gpu_room.busy_gpu``): a card held by another process is named at once, not after the engine's
 out-of-memory traceback.
+
+Why one module over ~450 lines: one engine process's life (boot, readiness, memory, teardown)
+and the record of the live ones that a signal or the session's end stops share the same handles;
+the watchdog, the process tree, the strays and the signals are already modules of their own.
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ per series (on the CPU the default is one).
 The change-point detection is :mod:`llmgate.analysis.changepoint` (binary segmentation, t-test on log
 boot-level values with a variance that pools the run-to-run and within-run noise, Bonferroni
 over the splits, and a minimum relative step).
+
+Why one module over ~450 lines: a run record's schema, its writing at a session's end and its
+reading over runs change together (the schema is versioned here); the change-point test itself is
+``analysis.changepoint``.
 """
 
 from __future__ import annotations
