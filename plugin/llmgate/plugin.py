@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from llmgate.store import baseline as baseline_store
+from llmgate.store import baseline as baseline_store, benchmark_files
 from llmgate import engines, hookspec
 from llmgate.device import hardware
 from llmgate.report import reports
@@ -346,7 +346,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, config: pytest.Config):
     """llmgate's section comes after the other plugins' (pytest-benchmark's tables), and is
     written even when one of them raised (pytest-benchmark's --benchmark-compare-fail does)."""
-    hidden = 0 if config.getoption("llmgate_benchmark_table") else baseline_store.hide_benchmark_table(config)
+    hidden = 0 if config.getoption("llmgate_benchmark_table") else benchmark_files.hide_benchmark_table(config)
     try:
         return (yield)
     finally:

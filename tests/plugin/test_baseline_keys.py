@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import baseline_files
-from llmgate.store import baseline
+from llmgate.store import benchmark_files, keys
 
 pytest_plugins = ["pytester"]
 
@@ -52,7 +52,7 @@ def test_sized(llmgate_config, gate, size):
     ("decode_c1[h200]::decode_tok_s", "h200", "decode_c1[h200]::decode_tok_s"),         # current: unchanged
 ])
 def test_old_names_become_scenario_entry_metric(old, entry, new):
-    assert baseline.current_key(old, entry) == new
+    assert keys.current_key(old, entry) == new
 
 
 def test_keys_do_not_depend_on_where_the_scenario_file_is(pytester):
@@ -68,7 +68,7 @@ def test_keys_do_not_depend_on_where_the_scenario_file_is(pytester):
             mp.setenv("VALUES", "[100, 101, 99]")
             r = pytester.runpytest_subprocess(where, f"--benchmark-save=run{n}", "-p", "no:cacheprovider")
         r.assert_outcomes(passed=3)
-        saved = baseline.stored_files(pytester.path / "baselines")[-1]
+        saved = benchmark_files.stored_files(pytester.path / "baselines")[-1]
         names.append(sorted(b["fullname"] for b in json.loads(saved.read_text())["benchmarks"]))
     assert names[0] == names[1] == ["decode_c1[cpu-a]::decode_tok_s", "sized[long][cpu-a]::ttft_c1@long",
                                     "sized[short][cpu-a]::ttft_c1@short"], names
@@ -108,7 +108,7 @@ def test_an_old_file_is_compared_with_under_todays_key(pytester):
 def test_migrate_rewrites_old_keys_once_and_keeps_everything_else(tmp_path):
     root = tmp_path / "baselines"
     shutil.copytree(OLD, root)
-    (f,) = baseline.stored_files(root)
+    (f,) = benchmark_files.stored_files(root)
     before = json.loads(f.read_text())
     r = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(root)], capture_output=True,
                        text=True, check=True)
@@ -120,7 +120,7 @@ def test_migrate_rewrites_old_keys_once_and_keeps_everything_else(tmp_path):
         assert b1["name"] == b1["fullname"]
         assert {k: v for k, v in b0.items() if k not in ("name", "fullname")} == \
             {k: v for k, v in b1.items() if k not in ("name", "fullname")}
-    baseline.validate_file(f)
+    benchmark_files.validate_file(f)
     again = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(root)], capture_output=True,
                            text=True, check=True)
     assert f"{f}: already current" in again.stdout and "0 entries migrated" in again.stdout
@@ -128,11 +128,11 @@ def test_migrate_rewrites_old_keys_once_and_keeps_everything_else(tmp_path):
 
 def test_the_committed_baselines_are_migrated():
     """Every llmgate entry of baselines/ carries today's key (the migration was run and committed)."""
-    files = baseline.stored_files(REPO / "baselines")
+    files = benchmark_files.stored_files(REPO / "baselines")
     assert files
     for f in files:
         for b in json.loads(f.read_text())["benchmarks"]:
-            assert baseline.current_key(b["fullname"]) == b["fullname"], (f, b["fullname"])
+            assert keys.current_key(b["fullname"]) == b["fullname"], (f, b["fullname"])
             assert ".py::" not in b["fullname"]
 
 

@@ -12,7 +12,7 @@ import pytest
 from pytest_benchmark.utils import get_machine_id
 
 import baseline_files
-from llmgate.store import baseline
+from llmgate.store import baseline, benchmark_files, fingerprint as fingerprints, keys
 from llmgate.device import hardware as device
 from llmgate.config import matrix
 
@@ -34,7 +34,7 @@ NAME = "measure::decode_tok_s"          # scenario::metric: the key names no fil
 
 def here_fingerprint(**override):
     # the embedded default's workload (it has no [scenarios] of its own)
-    fp = baseline.fingerprint(None, None, device.describe(), None, matrix.Scenarios().workload())
+    fp = fingerprints.fingerprint(None, None, device.describe(), None, matrix.Scenarios().workload())
     fp.update(override)
     return fp
 
@@ -50,7 +50,7 @@ def run(pytester, runs, *args):
 
 def test_corrupt_baseline_stops_the_run_and_is_left_untouched(pytester):
     run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
-    (saved,) = baseline.stored_files(pytester.path / "baselines")
+    (saved,) = benchmark_files.stored_files(pytester.path / "baselines")
     saved.write_text(saved.read_text()[:500])          # cut short, as a crash or a bad merge would
     before = saved.read_bytes()
     r = run(pytester, [[100] * 5], "--benchmark-compare")
@@ -61,7 +61,7 @@ def test_corrupt_baseline_stops_the_run_and_is_left_untouched(pytester):
     # saving is refused too while the storage holds a corrupt file
     r = run(pytester, [[100] * 5], "--benchmark-save=again")
     assert r.ret == pytest.ExitCode.USAGE_ERROR and saved.read_bytes() == before
-    assert len(baseline.stored_files(pytester.path / "baselines")) == 1
+    assert len(benchmark_files.stored_files(pytester.path / "baselines")) == 1
 
 
 @pytest.mark.parametrize("mutate, problem", [
@@ -126,12 +126,12 @@ def test_baselines_of_another_interpreter_are_found_and_compared(pytester):
     from pytest_benchmark.utils import get_machine_id
 
     run(pytester, [[100, 101, 99, 100, 102]], "--benchmark-save=base").assert_outcomes(passed=1)
-    (saved,) = baseline.stored_files(pytester.path / "baselines")
+    (saved,) = benchmark_files.stored_files(pytester.path / "baselines")
     assert saved.parent.name == get_machine_id()
     other = "Linux-CPython-3.99-64bit"
     assert other != get_machine_id()
     moved = move_to_machine_folder(saved, other)
-    assert baseline.stored_files(pytester.path / "baselines") == [moved]
+    assert benchmark_files.stored_files(pytester.path / "baselines") == [moved]
     # a bare --benchmark-compare finds it (pytest-benchmark alone: "Can't compare. No benchmark files")
     r = run(pytester, [[99, 101, 100, 103, 98]], "--benchmark-compare")
     r.assert_outcomes(passed=1)
@@ -214,7 +214,7 @@ def test_confirmed_regression_fails_and_says_so(pytester):
     assert "first measurement and the confirmation run once more both regressed" in out
     assert "now 70.0 tok/s" in out and "now 75.0 tok/s" in out
     # what is stored is the confirmation run, once
-    files = baseline.stored_files(pytester.path / "baselines")
+    files = benchmark_files.stored_files(pytester.path / "baselines")
     after = json.loads(files[-1].read_text())
     entries = [b for b in after["benchmarks"] if b["fullname"] == NAME]
     assert len(entries) == 1 and entries[0]["extra_info"]["llmgate"]["values"] == [75, 74, 76, 75, 73]
@@ -222,10 +222,10 @@ def test_confirmed_regression_fails_and_says_so(pytester):
 
 def test_atomic_save_never_overwrites(tmp_path):
     target = tmp_path / "0001_x.json"
-    baseline.atomic_write(target, b"{}")
+    benchmark_files.atomic_write(target, b"{}")
     assert target.read_bytes() == b"{}"
     with pytest.raises(FileExistsError):
-        baseline.atomic_write(target, b"{new}")
+        benchmark_files.atomic_write(target, b"{new}")
     assert target.read_bytes() == b"{}"
     assert [p.name for p in tmp_path.iterdir()] == ["0001_x.json"]   # no temporary file left behind
 
@@ -246,8 +246,8 @@ def test_baseline_files_get_the_mode_of_the_umask(tmp_path, mask):
     legacy.chmod(0o640)
     old = os.umask(mask)
     try:
-        baseline.atomic_write(tmp_path / "0002_x.json", b"{}")
-        assert baseline.migrate_file(legacy) == 1
+        benchmark_files.atomic_write(tmp_path / "0002_x.json", b"{}")
+        assert keys.migrate_file(legacy) == 1
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "0002_x.json").stat().st_mode) == 0o666 & ~mask
@@ -258,7 +258,7 @@ def test_baseline_files_get_the_mode_of_the_umask(tmp_path, mask):
 def test_a_saved_run_is_readable_by_others_under_umask_022(pytester):
     assert umask() == 0o022, "the pytest process runs under umask 022 here"     # what the assertion below means
     run(pytester, [[100] * 5], "--benchmark-save=base").assert_outcomes(passed=1)
-    (saved,) = baseline.stored_files(pytester.path / "baselines")
+    (saved,) = benchmark_files.stored_files(pytester.path / "baselines")
     assert stat.S_IMODE(saved.stat().st_mode) == 0o644
 
 
@@ -331,7 +331,7 @@ def test_a_storage_that_cannot_be_written_stops_the_run_before_it_starts(pyteste
     (pytester.path / "empty").mkdir()
     r = run(pytester, [[100] * 5], option, "--benchmark-storage=file://empty")
     r.assert_outcomes(passed=1)
-    assert len(baseline.stored_files(pytester.path / "empty")) == 1
+    assert len(benchmark_files.stored_files(pytester.path / "empty")) == 1
 
 
 BREAKING_TEST = """
@@ -380,7 +380,7 @@ def test_a_baseline_that_cannot_be_written_at_the_end_fails_the_run_in_one_line(
     assert md.startswith("## llmgate: ❌ baseline not saved") and f"**❌ {line}**" in md
     (record,) = (pytester.path / ".llmgate" / "history").rglob("*.json")
     assert json.loads(record.read_text())["run"]["exit_status"] == 1
-    assert folder.is_file() and not baseline.stored_files(pytester.path / "baselines")
+    assert folder.is_file() and not benchmark_files.stored_files(pytester.path / "baselines")
 
 
 def test_a_baseline_of_another_workload_is_not_compared(pytester):
@@ -415,10 +415,10 @@ def test_raw_arrays_are_stored_packed_and_read_either_way():
 
 def test_committed_baselines_are_valid_and_their_raw_arrays_unpack():
     root = pathlib.Path(__file__).resolve().parents[2] / "baselines"
-    files = baseline.stored_files(root)
+    files = benchmark_files.stored_files(root)
     assert files
     for f in files:
-        baseline.validate_file(f)
+        benchmark_files.validate_file(f)
         for b in json.loads(f.read_text())["benchmarks"]:
             raw = (b.get("extra_info") or {}).get("llmgate", {}).get("raw")
             if raw is not None:
@@ -429,7 +429,6 @@ def test_an_unset_arrival_rate_is_the_devices_default_in_the_workload():
     """The CPU's default arrival rate moved from 2 to 1 req/s (2 overloaded the tiny model's vLLM on
     2 cores): a baseline stored with the rate unset at the old default is another workload, while
     the GPU's (16 req/s, unchanged) still compares."""
-    from llmgate.store import baseline as b
     from llmgate.config.matrix import Scenarios
 
     sc = Scenarios()
@@ -439,9 +438,9 @@ def test_an_unset_arrival_rate_is_the_devices_default_in_the_workload():
     old_gpu = {"config": {"device": "gpu"}, "workload": sc.workload()}
     now_cpu = {"config": {"device": "cpu"}, "workload": sc.workload("cpu")}
     now_gpu = {"config": {"device": "gpu"}, "workload": sc.workload("gpu")}
-    assert b.fingerprint_mismatch(old_gpu, now_gpu) == []
-    assert b.fingerprint_mismatch(old_cpu, now_cpu) == ["workload differs: scenarios.arrival_rate: 2.0 → 1.0"]
-    assert b.fingerprint_mismatch(now_cpu, now_cpu) == []
+    assert fingerprints.fingerprint_mismatch(old_gpu, now_gpu) == []
+    assert fingerprints.fingerprint_mismatch(old_cpu, now_cpu) == ["workload differs: scenarios.arrival_rate: 2.0 → 1.0"]
+    assert fingerprints.fingerprint_mismatch(now_cpu, now_cpu) == []
 
 
 ACCOUNTED_TEST = """

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmgate.store import baseline
+from llmgate.store import benchmark_files
 
 pytest_plugins = ["pytester"]
 
@@ -58,7 +58,7 @@ def test_hooks_adjust_the_matrix_add_provenance_and_see_verdicts(pytester, xdist
         mp.setenv("SEEN", str(seen))
         r = pytester.runpytest_subprocess(*xdist_args, "--benchmark-save=h", "-p", "no:cacheprovider")
     r.assert_outcomes(passed=1)                         # the "drop" entry is gone before collection
-    (f,) = baseline.stored_files(pytester.path / "baselines")
+    (f,) = benchmark_files.stored_files(pytester.path / "baselines")
     names = [b["fullname"] for b in json.loads(f.read_text())["benchmarks"]]
     assert [n for n in names if n.startswith("decode[")] == ["decode[keep]::decode_tok_s"], names
     (b,) = [b for b in json.loads(f.read_text())["benchmarks"] if b["fullname"] == "decode[keep]::decode_tok_s"]

@@ -22,7 +22,7 @@ import jsonschema
 import psutil
 import pytest
 
-from llmgate.device import hardware as device
+from llmgate.device import gpu_room as device
 from llmgate.process import interrupts as interrupt
 from llmgate.process import proctree
 from llmgate.process import strays

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from llmgate.store import baseline
+from llmgate.store import fingerprint as fingerprints
 from llmgate.device import hardware as device
 
 pytest_plugins = ["pytester"]
@@ -163,9 +163,9 @@ def test_cuda_visible_devices(value, count, visible):
 
 def test_gpu_fingerprint_names_the_gpus_an_entry_uses():
     dev = {"cpu": "x", "driver": "580", "gpus": [{"index": 0, "name": "H200"}, {"index": 1, "name": "H200"}]}
-    one = baseline.fingerprint({"device": "gpu", "tensor_parallel": 1}, "m", dev, None)
-    two = baseline.fingerprint({"device": "gpu", "tensor_parallel": 2}, "m", dev, None)
-    single = baseline.fingerprint({"device": "gpu", "tensor_parallel": 1}, "m", {**dev, "gpus": dev["gpus"][:1]}, None)
+    one = fingerprints.fingerprint({"device": "gpu", "tensor_parallel": 1}, "m", dev, None)
+    two = fingerprints.fingerprint({"device": "gpu", "tensor_parallel": 2}, "m", dev, None)
+    single = fingerprints.fingerprint({"device": "gpu", "tensor_parallel": 1}, "m", {**dev, "gpus": dev["gpus"][:1]}, None)
     assert one["device"]["gpus"] == ["H200"] and two["device"]["gpus"] == ["H200", "H200"]
-    assert not baseline.fingerprint_mismatch(single, one)         # one GPU of two compares with a one-GPU host
-    assert baseline.fingerprint_mismatch(single, two)
+    assert not fingerprints.fingerprint_mismatch(single, one)         # one GPU of two compares with a one-GPU host
+    assert fingerprints.fingerprint_mismatch(single, two)

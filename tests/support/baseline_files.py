@@ -8,7 +8,7 @@ from pathlib import Path
 from pytest_benchmark.stats import Stats
 from pytest_benchmark.utils import get_machine_id
 
-from llmgate.store import baseline
+from llmgate.store import benchmark_files, fingerprint as fingerprints
 from llmgate.core import metrics
 
 
@@ -20,7 +20,7 @@ def fingerprint_for(matrix_path: Path, config_id: str) -> dict:
 
     m = matrix.load(matrix_path)
     cfg = m.by_id(config_id)
-    return baseline.fingerprint(cfg.describe(), tinymodel.model_hash(m.entry_model(cfg)), device.describe(),
+    return fingerprints.fingerprint(cfg.describe(), tinymodel.model_hash(m.entry_model(cfg)), device.describe(),
                                 {"engine": cfg.engine, "version": "hand-made", "commit": None}, m.scenarios.workload(cfg.device))
 
 
@@ -45,7 +45,7 @@ def write(root: Path, name: str, entries: dict[str, list[float]], matrix_path: P
         benches.append({
             "group": metric.label, "name": fullname.split("::", 1)[1], "fullname": fullname, "params": None,
             "param": None, "options": {},
-            "extra_info": {baseline.EXTRA_KEY: {"schema": baseline.SCHEMA_VERSION, "metric": metric.name, "key": key,
+            "extra_info": {benchmark_files.EXTRA_KEY: {"schema": benchmark_files.SCHEMA_VERSION, "metric": metric.name, "key": key,
                                                 "unit": metric.unit, "better": metric.better, "values": values,
                                                 "boots": [values], "fingerprint": fp}},
             "stats": {**st.as_dict(), "iterations": 1},

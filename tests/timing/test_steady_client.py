@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgate.load import workloads as load
+from llmgate.load import steady as load_steady, workloads as load
 from llmgate.analysis import stats
 from llmgate.models import tinymodel
 
@@ -55,7 +55,7 @@ def stub():
 @pytest.fixture(scope="module")
 def spec():
     tok = tinymodel.build()
-    return load.RequestSpec(str(tok), 16, "stub", {"model": "m", "max_tokens": EVENTS})
+    return load_steady.RequestSpec(str(tok), 16, "stub", {"model": "m", "max_tokens": EVENTS})
 
 
 def request_time(stub, spec) -> float:
@@ -67,12 +67,12 @@ def request_time(stub, spec) -> float:
     return max(x.e2e for x in res.samples)
 
 
-def settings(r: float) -> load.Steady:
+def settings(r: float) -> load_steady.Steady:
     """Steady settings in units of the request time ``r`` measured just before (~0.12 s idle: then
     the settings of an idle machine, a 2 s window of at least 30 requests).  The caps are far:
     reaching one is a failure, and a working controller ends well before them."""
     segment = max(0.3, 2 * r)
-    return load.Steady(min_s=max(2.0, 16 * r), min_requests=30, max_s=max(10.0, 80 * r),
+    return load_steady.Steady(min_s=max(2.0, 16 * r), min_requests=30, max_s=max(10.0, 80 * r),
                        warm_segment_s=segment, warm_max_s=20 * (segment + 2 * r))
 
 
@@ -124,7 +124,7 @@ def stream_heads(samples) -> list[float]:
 def test_closed_loop_window_has_its_length_and_requests_and_n_in_flight(stub, spec, workers):
     r = request_time(stub, spec)
     s = settings(r)
-    res = load.steady(stub, spec, N, s, 30, workers=workers)
+    res = load_steady.steady(stub, spec, N, s, 30, workers=workers)
     assert not res.failures and not res.notes, res.notes
     a, b = res.window
     lived = res.lived_in(a, b)
@@ -169,7 +169,7 @@ def test_closed_loop_window_has_its_length_and_requests_and_n_in_flight(stub, sp
 def test_poisson_arrivals_come_at_their_rate(stub, spec):
     rate = 20.0
     r = request_time(stub, spec)
-    res = load.steady(stub, spec, N, settings(r), 30, rate=rate, workers=1)
+    res = load_steady.steady(stub, spec, N, settings(r), 30, rate=rate, workers=1)
     assert res.mode == "poisson" and not res.failures and not res.notes, res.notes
     assert res.warmup["ended_by"] == "2 segments at the arrival rate"
     a, b = res.window
@@ -193,7 +193,7 @@ def test_closed_loop_streams_start_a_request_time_apart_and_stay_apart(stub, spe
     """Same-length requests that start together would stay in lockstep (every wave's prefills in one
     step); the streams start one request's time ÷ N apart instead, also across client processes."""
     r = request_time(stub, spec)
-    res = load.steady(stub, spec, N, settings(r), 30, workers=workers)
+    res = load_steady.steady(stub, spec, N, settings(r), 30, workers=workers)
     assert not res.failures and not res.notes, res.notes
     probe, rest = res.samples[0], res.samples[1:]
     # the stagger is the lone probe's time ÷ N, and the probe is a whole request (its 20 pauses

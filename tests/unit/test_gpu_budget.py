@@ -90,15 +90,15 @@ def test_config_only_hash_is_the_committed_h200_baselines(monkeypatch, tmp_path)
     GPU baselines of that shape were recorded with (comparable without a preparation step)."""
     from pathlib import Path
 
-    from llmgate.store import baseline
+    from llmgate.store import benchmark_files, fingerprint as fingerprints
 
     monkeypatch.setenv("LLMGATE_CACHE", str(tmp_path))
     m = matrix.load(matrix.DEFAULT_MATRIX)
     folder = m.entry_model(m.by_id("gpu-vllm-8b"))
     hashes = set()
-    for f in baseline.stored_files(Path(__file__).resolve().parents[2] / "baselines"):
+    for f in benchmark_files.stored_files(Path(__file__).resolve().parents[2] / "baselines"):
         for b in json.loads(f.read_text())["benchmarks"]:
-            fp = baseline.stored_fingerprint(b)
+            fp = fingerprints.stored_fingerprint(b)
             if (fp.get("config") or {}).get("model") == "llama3-8b-shape":
                 hashes.add(fp["model_hash"])
     if not hashes:

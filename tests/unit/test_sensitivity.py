@@ -7,7 +7,7 @@ import random
 import pytest
 
 from llmgate.core import metrics
-from llmgate.load.workloads import Steady, _Controller
+from llmgate.load.steady import Steady, _Controller
 from llmgate.load.samples import Sample, SteadyResult
 from llmgate.analysis.stats import Noise, repeat_metrics, window_metrics
 from llmgate.analysis.verdict import REGRESSED, UNCHANGED, judge_boots

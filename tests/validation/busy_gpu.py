@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugin"))
 
-from llmgate.device import hardware as device  # noqa: E402
+from llmgate.device import gpu_room as device  # noqa: E402
 from llmgate.engines import vllm  # noqa: E402
 from llmgate.config.matrix import ServerConfig  # noqa: E402
 

@@ -1,5 +1,10 @@
 """Direction-aware verdicts: did a metric move in its worse direction, by more than
-its minimum effect, and is the move real rather than noise?"""
+its minimum effect, and is the move real rather than noise?
+
+Why one module over ~450 lines: the verdict type and the three ways to reach one (per repeat,
+paired, per boot) share one decision rule (``_status``), the MDE and the wording of every line a
+verdict prints; apart, that one rule would be read in three places.
+"""
 
 from __future__ import annotations
 

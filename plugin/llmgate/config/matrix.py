@@ -16,6 +16,11 @@ A matrix file (``llmgate.toml``, or ``[tool.llmgate]`` in ``pyproject.toml``)::
     kv_cache_bytes = 1_000_000_000
 
 Every problem is reported as one line naming the file, the entry and the key.
+
+Why one module over ~450 lines: the matrix file's schema is read here as a whole (each key's
+type in ``_TYPES``, its default, its check and the line naming a problem with it), so a key is
+added or changed in one place; the ``[scenarios]`` table (``Scenarios``) is the part that could
+stand apart.
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ class Scenarios:
         return out
 
     def steady(self, device: str, concurrency: int) -> dict[str, float]:
-        """The steady-state settings (``llmgate.load.workloads.Steady`` fields) of a load at ``concurrency``."""
+        """The steady-state settings (``llmgate.load.steady.Steady`` fields) of a load at ``concurrency``."""
         d = self._or_defaults(STEADY_DEFAULTS[device])
         return {"min_s": d["window_s"],
                 "min_requests": int(d["decode_window_requests"] if concurrency == 1 else d["window_requests"]),

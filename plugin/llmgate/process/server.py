@@ -15,8 +15,12 @@ engine dies with the process that started it even when that one is killed with S
 what the engine's processes leave behind is reaped.  Each running server has a record under
 the output folder (``llmgate.process.strays``) so that a later run can stop one that escaped both.
 Before a GPU entry boots, the GPUs' free memory is checked against the engine's budget
-(``hardware.busy_gpu``): a card held by another process is named at once, not after the engine's
+(``device.gpu_room.busy_gpu``): a card held by another process is named at once, not after the engine's
 out-of-memory traceback.
+
+Why one module over ~450 lines: one engine process's life (boot, readiness, memory, teardown)
+and the record of the live ones that a signal or the session's end stops share the same handles;
+the watchdog, the process tree, the strays and the signals are already modules of their own.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import httpx
 import psutil
 
 from llmgate import engines
-from llmgate.device import hardware
+from llmgate.device import gpu_room
 from llmgate.process import strays
 from llmgate.models import tinymodel
 from llmgate.models import tokenizer
@@ -372,7 +376,7 @@ class Server:
             raise BootError(f"{self.cfg.id}: {e}") from None
         if self.cfg.device == "gpu":
             def check() -> str | None:
-                return hardware.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
+                return gpu_room.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
                                        lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
             busy = check()
             settle_until = _last_stop[0] + GPU_SETTLE_S

@@ -61,7 +61,7 @@ class EntryBoots:
         return boot_config(cfg, self.sides, k)
 
     def test_id(self, cfg: ServerConfig, k: int) -> str:
-        """The id of boot k's test: ENTRY-bootK, in A/B mode ENTRY-bootK.SIDE (store.baseline.stored_key
+        """The id of boot k's test: ENTRY-bootK, in A/B mode ENTRY-bootK.SIDE (store.keys.stored_key
         reads it), or ENTRY alone where the entry has one boot."""
         side = self.side(k)
         if side is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from llmgate.load import workloads
+from llmgate.load import steady as steady_state, workloads
 from llmgate.core import metrics
 from llmgate.levers.figures import EntryLevers
 from llmgate.load.workloads import PromptMaker, Request
@@ -102,12 +102,11 @@ class Gate:
             sizes.update(min_requests=window_requests, min_s=min(sizes["min_s"], 1.0))
         if window_max_s is not None:
             sizes.update(max_s=max(window_max_s, sizes["min_s"]))
-        window = workloads.Steady(**sizes)
+        window = steady_state.Steady(**sizes)
         if output_spread is None:
             output_spread = self.matrix.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
-        result = workloads.steady(h, workloads.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread,
-                                          **fields),
-                             concurrency, window, self.settings.request_timeout, rate=rate, label=label)
+        spec = steady_state.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread, **fields)
+        result = steady_state.steady(h, spec, concurrency, window, self.settings.request_timeout, rate=rate, label=label)
         self._recorder.account(result)
         bad = [x for x in result.ok if x.completion_tokens != x.requested_output_tokens]
         assert not bad, (f"{label}: {len(bad)} request(s) generated another length than asked, e.g. "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from llmgate.store import baseline as baseline_store
+from llmgate.store import baseline as baseline_store, benchmark_files, fingerprint as fingerprints, keys
 from llmgate.device import hardware
 from llmgate.core import metrics
 from llmgate.analysis import noise_prior
@@ -102,25 +102,25 @@ class Recorder:
         extra = {**self.provenance(), **info, "fingerprint": fp}
         if raw is not None:
             extra["raw"] = raw
-        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, fp,
+        base = baseline_store.baseline(self.item.config, keys.stored_key(self.item), key, fp,
                                        self._session.settings.allow_mismatch)
         base_boots = baseline_store.baseline_boots(base[1]) if base else None
         notes, refused = [], []
         offset = None
         missing = None
         if base is None:
-            missing = baseline_store.why_no_baseline(self.item.config, baseline_store.stored_key(self.item), key, fp)
+            missing = baseline_store.why_no_baseline(self.item.config, keys.stored_key(self.item), key, fp)
             if missing:
                 notes.append(missing.note)
                 self._session.note_once(f"{cfg.id if cfg else self.item.name}: {missing.note}")
         if base is not None:
-            base_info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
+            base_info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
             base_fp = base_info.get("fingerprint") or {}
-            refused = baseline_store.fingerprint_mismatch(base_fp, fp)
-            change = baseline_store.engine_change(base_fp, fp)
+            refused = fingerprints.fingerprint_mismatch(base_fp, fp)
+            change = fingerprints.engine_change(base_fp, fp)
             if change:
                 notes.append(change)
-            if base_info.get("schema", baseline_store.SCHEMA_VERSION) < 3:
+            if base_info.get("schema", benchmark_files.SCHEMA_VERSION) < 3:
                 notes.append("baseline of schema 2: its values read as one boot without a noise model "
                              "(re-record it with --benchmark-save and --llmgate-boots)")
             if refused and self._session.settings.allow_mismatch:
@@ -155,7 +155,7 @@ class Recorder:
         if where:
             notes.append(where)
         verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime)
-        base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][baseline_store.EXTRA_KEY].get("raw"))
+        base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("raw"))
                     if base is not None else None)
         if raw is not None or base_raw is not None:
             self._session.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
@@ -197,10 +197,10 @@ class Recorder:
                         "baseline_side_boot_values": [median(b) for b in a_boots]}}
         if raw is not None:
             extra["raw"] = raw
-        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, fp,
+        base = baseline_store.baseline(self.item.config, keys.stored_key(self.item), key, fp,
                                        self._session.settings.allow_mismatch)
-        if base is not None and not baseline_store.fingerprint_mismatch(
-                base[1]["extra_info"][baseline_store.EXTRA_KEY].get("fingerprint") or {}, fp):
+        if base is not None and not fingerprints.fingerprint_mismatch(
+                base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("fingerprint") or {}, fp):
             stored = baseline_store.baseline_boots(base[1]) or []
             if stored and a_boots:
                 offset = median([median(b) for b in a_boots]) / median([median(b) for b in stored]) - 1.0
@@ -265,12 +265,12 @@ class Recorder:
     def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
         """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
         key = metric.name + (f"@{variant}" if variant else "")
-        base = baseline_store.baseline(self.item.config, baseline_store.stored_key(self.item), key, self._fingerprint(),
+        base = baseline_store.baseline(self.item.config, keys.stored_key(self.item), key, self._fingerprint(),
                                        self._session.settings.allow_mismatch)
         if base is None:
             return None
-        info = base[1]["extra_info"][baseline_store.EXTRA_KEY]
-        if (baseline_store.fingerprint_mismatch(info.get("fingerprint") or {}, self._fingerprint())
+        info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
+        if (fingerprints.fingerprint_mismatch(info.get("fingerprint") or {}, self._fingerprint())
                 and not self._session.settings.allow_mismatch):
             return None
         return info
@@ -316,9 +316,9 @@ class Recorder:
 
     def _claim(self, key: str) -> None:
         """Two tests may not store under one baseline key (their scenario names would collide)."""
-        full = f"{baseline_store.stored_key(self.item)}::{key}"
+        full = f"{keys.stored_key(self.item)}::{key}"
         other = self._session.stored_keys.setdefault(full, self.item.nodeid)
-        if other != self.item.nodeid and baseline_store.base_nodeid(other) != baseline_store.base_nodeid(self.item.nodeid):
+        if other != self.item.nodeid and keys.base_nodeid(other) != keys.base_nodeid(self.item.nodeid):
             raise RuntimeError(f"{self.item.nodeid} and {other} both record {full!r}: baseline keys are "
                                f"scenario + entry + metric, so two scenarios need different function names")
 
@@ -358,7 +358,7 @@ class Recorder:
         else:
             model_hash = self._session.pool.model_hash(cfg) if cfg else None
             engine = {"engine": cfg.engine} if cfg else None
-        return baseline_store.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
+        return fingerprints.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
                                           self._session.matrix.scenarios.workload(cfg.device if cfg else None))
 
     def min_effect(self, metric: metrics.Metric, key: str) -> float:

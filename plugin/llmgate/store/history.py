@@ -32,6 +32,10 @@ per series (on the CPU the default is one).
 The change-point detection is :mod:`llmgate.analysis.changepoint` (binary segmentation, t-test on log
 boot-level values with a variance that pools the run-to-run and within-run noise, Bonferroni
 over the splits, and a minimum relative step).
+
+Why one module over ~450 lines: a run record's schema, its writing at a session's end and its
+reading over runs change together (the schema is versioned here); the change-point test itself is
+``analysis.changepoint``.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from llmgate.analysis import changepoint
 from llmgate.device import hardware
 from llmgate.analysis.verdict import Verdict
 from llmgate.config.matrix import Matrix, ServerConfig
-from llmgate.store import baseline as baseline_store
+from llmgate.store import benchmark_files, fingerprint as fingerprints
 
 SCHEMA = "llmgate-history/1"
 DEFAULT_DIR = Path(".llmgate") / "history"
@@ -198,9 +202,9 @@ def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
     """What the session recorded, one series per (entry, test, key): the repeat values of each
     boot its verdicts rest on, with the provenance Gate.record stored beside them."""
     stored: dict[tuple[str, str], dict[str, Any]] = {}       # (entry, key) → extra_info of the stored entry
-    bs = baseline_store.benchmark_session(gs.config)
+    bs = benchmark_files.benchmark_session(gs.config)
     for meta in (getattr(bs, "benchmarks", None) or []):
-        info = (getattr(meta, "extra_info", None) or {}).get(baseline_store.EXTRA_KEY) or {}
+        info = (getattr(meta, "extra_info", None) or {}).get(benchmark_files.EXTRA_KEY) or {}
         cid = (info.get("config") or {}).get("id")
         if cid and info.get("key"):
             stored[(cid, info["key"])] = info
@@ -224,7 +228,7 @@ def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
             except Exception:
                 model_hash = None
         fconf = fp.get("config") if fp else {k: val for k, val in (config or {}).items()
-                                             if k not in baseline_store.NOT_FINGERPRINTED}
+                                             if k not in fingerprints.NOT_FINGERPRINTED}
         prov = {"engine": engine, "device": fp.get("device") or _device_part(hardware.describe()),
                 "model_hash": model_hash, "config_fingerprint": config_fingerprint(fconf), "config": config}
         boots_of_run = _boots_of(gs, v, info)

@@ -31,6 +31,9 @@ under ``nice -n 19``, so it takes only the CPU the tests leave idle; its output 
 ``build.log`` in the cache folder.  ``await_llama_server`` is what the self-test that runs
 llama-server calls: it waits for a build in progress, starts one when none ran, and turns a failed
 build into one line (``BuildFailed``, from ``build-failed.json``, which a failed build writes).
+
+Why one module over ~450 lines: one build of llama-server under one lock: finding, fetching,
+building and waiting for it share the cache folder's layout and the lock's rules.
 """
 
 from __future__ import annotations
