@@ -34,48 +34,21 @@ files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_con
        plugin/llmgate/scenarios/test_latency.py)
 common=(-k "gpu-vllm-8b and not arrival" --benchmark-storage=file:///root/lat-baselines -p no:cacheprovider)
 
-session() {    # NAME DEADLINE_S [env assignments...] -- [pytest args...]
-  local name=$1 deadline=$2; shift 2
-  local envs=()
-  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
-  shift
-  local cmd=(env "${envs[@]}" LLMGATE_MATRIX= LLMGATE_WHEELS="$PWD/.gpu-wheels-slim" LLMGATE_DEADLINE_S="$deadline"
-             gpu/run-gate.sh "${files[@]}" "${common[@]}" --llmgate-out "$work/$name" "$@")
-  echo "== $name $(date +%T): ${cmd[*]}"
-  [ -n "${DRY:-}" ] && return 0
-  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu,memory.used,clocks_throttle_reasons.active --format=csv,noheader
-  local t0=$SECONDS
-  "${cmd[@]}" > "$work/$name.log" 2>&1
-  echo "== $name rc=$? $((SECONDS - t0)) s"
-}
+MATRIX=
+. gpu/campaign-lib.sh
 
 case "${1:-}" in
 start)
-  mkdir -p "$work"
-  LLMGATE_INSTALL_ONLY=1 gpu/run-gate.sh || exit 1            # the pack → /tmp/site-vllm, /tmp/llmgate-launchers
-  rm -rf /root/lat-src && mkdir -p /root/lat-src && cp -r . /root/lat-src/ && rm -rf /root/lat-src/.gpu-vllm*
-  cd /root/lat-src && setsid nohup env CAMPAIGN="${CAMPAIGN:-2}" bash gpu/latency-campaign.sh run > "$work/campaign.log" 2>&1 < /dev/null &
-  sleep 5; cat "$work/campaign.log"; echo started
+  campaign_start gpu/latency-campaign.sh CAMPAIGN="${CAMPAIGN:-2}"
   ;;
 wait)
-  end=$((SECONDS + ${2:-540}))
-  while [ ! -f "$work/done" ] && [ "$SECONDS" -lt "$end" ]; do sleep 10; done
-  cat "$work/campaign.log"
-  for f in "$work"/*.log; do echo "---- $f"; grep -v "booting .* s …" "$f" | tail -n 60; done
-  for d in "$work"/*/; do
-    n=$(basename "$d")
-    cp "$d/report.json" "$OUT/$n-report.json" 2>/dev/null; cp "$d/summary.md" "$OUT/$n-summary.md" 2>/dev/null
-  done
-  for f in "$work"/*.log; do cp "$f" "$OUT/"; done
+  campaign_wait "${2:-540}" /root/lat-baselines
   cp "$work"/knobs/knob-check.json "$OUT/" 2>/dev/null
-  find /root/lat-baselines -name '*.json' -exec cp {} "$OUT/" \; 2>/dev/null
-  [ -f "$work/done" ] && { tar czf "$OUT/latency-logs.tgz" -C "$work" $(cd "$work" && ls -d */logs 2>/dev/null) 2>/dev/null; echo CAMPAIGN DONE; }
-  ls -la "$OUT"
   ;;
 run)
   mkdir -p "$work"
   a=${LLMGATE_VLLM_PYTHON:-/tmp/llmgate-launchers/vllm-python}
-  echo "machine: $(PYTHONPATH=plugin python3 -c 'from llmgate.device.hardware import machine_id; print(machine_id())' 2>&1 | tail -1)"
+  machine_line
   if [ "${CAMPAIGN:-2}" = 1 ]; then           # 2026-12-03, first lease
     session aa 1250 -- --llmgate-ab "A=$a" --llmgate-ab "B=$a" --llmgate-boots "${BOOTS:-3}" --benchmark-save=h200-latency-aa
     session prefill 300 LLMGATE_PREFILL_SLOWDOWN_US="${PREFILL_US:-1500}" -- --llmgate-boots 1 --benchmark-compare=0001 \
