@@ -21,7 +21,7 @@ class SharedFigures:
     entry's memo and its aggregate tok/s values by variant and boot."""
 
     def __init__(self) -> None:
-        self.by_entry: dict[tuple[str, str], dict[str, Any]] = {}
+        self.by_entry: dict[tuple[str, str], dict[Any, Any]] = {}
 
 
 class EntryLevers:
@@ -49,8 +49,10 @@ class EntryLevers:
         return cfg
 
     def remember(self, lever: str, figures: dict[str, Any]) -> None:
-        """Keep this entry's ``figures`` for ``lever``, for the entries that take it as their reference."""
+        """Keep this entry's ``figures`` for ``lever``, for the entries that take it as their reference:
+        the latest boot's (``reference``) and each boot's (``reference_boots``)."""
         self._figures.by_entry[(lever, self._cfg().id)] = figures
+        self._figures.by_entry.setdefault(("boots:" + lever, self._cfg().id), {})[self._boot or 1] = figures
 
     def reference(self, lever: str) -> tuple[ServerConfig | None, dict[str, Any] | None]:
         """The reference entry of this test's entry and its figures for ``lever`` in this session."""
@@ -59,6 +61,14 @@ class EntryLevers:
             return None, None
         ref = self._matrix().by_id(cfg.reference)
         return ref, self._figures.by_entry.get((lever, ref.id))
+
+    def reference_boots(self, lever: str) -> dict[int, dict[str, Any]]:
+        """The figures for ``lever`` of each boot of this entry's reference in this session, by boot
+        (empty where there is no reference or it was not measured)."""
+        cfg = self._entry
+        if cfg is None or cfg.reference is None:
+            return {}
+        return dict(self._figures.by_entry.get(("boots:" + lever, self._matrix().by_id(cfg.reference).id), {}))
 
     def memo(self, name: str, compute: Callable[[], Any]) -> Any:
         """A figure of this entry worked out once a session and reused by its later boots (in A/B mode:

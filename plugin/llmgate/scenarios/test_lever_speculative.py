@@ -3,7 +3,9 @@
 Per entry with a speculative configuration, at a short and at a long prompt: acceptance
 rate (accepted / draft tokens), mean acceptance length (1 + accepted / drafts) and
 per-position acceptance, from /metrics counter deltas around each request; and decode
-tok/s divided by the reference entry's (same model without speculation, same session).
+tok/s divided by the reference entry's (same model without speculation, same session: the median
+of its boots' medians).  Measured on each of the entry's boots (``--llmgate-boots``), so that its
+figures are judged with the boot as the unit, like decode's.
 The reference entry runs the same workload and records its decode speed.  An entry whose drafts
 come from the context (n-gram) runs the lookup workload instead (``lookup-p64``: a prompt holding
 every pair of a few words, generation restricted to them), where its drafter proposes by
@@ -26,7 +28,7 @@ import llmgate
 from llmgate import metrics
 
 
-@llmgate.scenario("speculative")
+@llmgate.scenario("speculative", boots=True)
 def test_speculative_decoding(gate):
     cfg = gate.levers.require("speculative")
     sc, st, h = gate.matrix.scenarios, gate.settings, gate.server
@@ -91,12 +93,16 @@ def test_speculative_decoding(gate):
                                 f"{variant}-pos{pos}")
             if ref_figures is None:
                 pytest.fail(f"{cfg.id}: reference entry {ref.id!r} was not measured in this session")
-            if variant in ref_figures:
-                base = statistics.median(ref_figures[variant])
+            # the reference's boots ran before this entry's (matrix order): the speed-up of this boot
+            # is over the median of their medians, as the engine ratio is
+            theirs = [statistics.median(f[variant]) for f in gate.levers.reference_boots("speculative").values()
+                      if variant in f]
+            if theirs:
+                base = statistics.median(theirs)
                 extra = {"acceptance_not_meaningful": not_meaningful, "counters": counters} if counters else {}
                 if caveat:
                     extra["caveat"] = caveat
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
-                            reference=ref.id, **extra)
+                            reference=ref.id, reference_boot_medians=theirs, **extra)
     assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
     gate.levers.remember("speculative", figures)
