@@ -22,6 +22,7 @@ from llmgate.report import reports
 from llmgate.process import server as server_mod
 from llmgate.process import strays
 from llmgate.runner import distribution
+from llmgate.runner import shard as shard_mod
 from llmgate.process import interrupts as interrupt
 from llmgate.config.ids import LEVER_OFF
 from llmgate.runner import confirm
@@ -90,6 +91,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="folder of the run history: every run appends one record (default: .llmgate/history under "
                      "the rootdir; read it with python -m llmgate.history DIR)")
     g.addoption("--llmgate-no-history", action="store_true", help="append no record to the run history")
+    g.addoption("--llmgate-shard", metavar="K/N",
+                help="run the K-th of N disjoint shares of the selected matrix entries (each entry with its "
+                     "reference chain and all its boots), one share per CI job; merge the jobs' reports with "
+                     "python -m llmgate.report.merge")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
 
@@ -110,7 +115,15 @@ def pytest_configure(config: pytest.Config) -> None:
     baseline_store.configure(config, config.rootpath / config.getini("llmgate_baselines"))
     distribution.configure(config)
     config.pluginmanager.register(distribution, "llmgate-distribution")
+    shard_opt = config.getoption("--llmgate-shard", None)
+    try:
+        shard_spec = shard_mod.Shard.parse(shard_opt) if shard_opt is not None else None
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
     config.stash[SESSION_KEY] = gs = GateSession(config)
+    if shard_spec is not None:
+        gs.shard = shard_mod.ShardPlugin(shard_spec, lambda: {e.id: e.reference for e in gs.matrix.entries})
+        config.pluginmanager.register(gs.shard, "llmgate-shard")
     config.pluginmanager.register(gs, "llmgate-session")      # its pytest_* methods are hooks of this config
     # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the session like Ctrl-C
     gs.interrupts.install()
@@ -132,6 +145,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         gs.interrupts.uninstall()
         if config.pluginmanager.is_registered(gs):
             config.pluginmanager.unregister(gs)
+    if gs is not None and gs.shard is not None and config.pluginmanager.is_registered(gs.shard):
+        config.pluginmanager.unregister(gs.shard)
     if config.pluginmanager.is_registered(distribution):
         config.pluginmanager.unregister(distribution)
 

@@ -37,6 +37,7 @@ class GateSession:
         out = config.getoption("llmgate_out") or ".llmgate"
         self.out_dir = (config.rootpath / out) if not Path(out).is_absolute() else Path(out)
         self.worker = distribution.worker(config)
+        self.shard: Any = None       # --llmgate-shard's plugin (runner.shard.ShardPlugin), set by llmgate.plugin
         if self.worker:
             self.out_dir = self.out_dir / self.worker     # the controller merges the workers' reports
         self._matrix: Matrix | None = None
@@ -208,13 +209,16 @@ class GateSession:
             gs.notes.append(interrupted_line(gs.interrupted))
         if gs.verdicts:
             session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
-        if gs.verdicts or gs.boots or (gs.interrupted is not None and not distribution.workers(session.config)):
+        if gs.verdicts or gs.boots or ((gs.interrupted is not None or gs.shard is not None)
+                                       and not distribution.workers(session.config)):
             gs.out_dir.mkdir(parents=True, exist_ok=True)
             gs.summary = summary = reports.build(
                 device=hardware.describe(), settings=dataclasses.asdict(gs.settings), boots=gs.boots,
                 verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
+            if gs.shard is not None:
+                summary["shard"] = gs.shard.info()        # python -m llmgate.report.merge reads it
             summary["interrupted"] = gs.interrupted
             summary["baseline_not_saved"] = not_saved
             gs.report_files = reports.write_all(summary, gs.out_dir,
@@ -237,6 +241,9 @@ class GateSession:
                 summary["baseline_not_saved"] = list(gs.not_saved)
                 summary["interrupted"] = gs.interrupted or next((r["interrupted"] for r in parts if r.get("interrupted")),
                                                                 None)
+                if gs.shard is not None:          # the workers collected; the controller did not
+                    summary["shard"] = {**gs.shard.info(), "entries": sorted(
+                        {e for r in parts for e in (r.get("shard") or {}).get("entries", [])})}
                 gs.boots.update(summary["boots"])
                 gs.verdicts[:] = [Verdict.from_dict(v) for v in summary["verdicts"]]      # the workers' verdicts
                 session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))

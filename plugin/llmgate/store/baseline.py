@@ -111,7 +111,8 @@ def drop_stored(config: pytest.Config, entries: list[Any]) -> None:
             bs.benchmarks.remove(meta)
 
 
-WORKER_FILE = re.compile(r"^\d{4}_(.+)-gw\d+$")
+# a part of a run: an xdist worker's file (NAME-gwN), a shard's (NAME-shK) or a shard's worker's
+PART_FILE = re.compile(r"^\d{4}_(.+?)((?:-(?:gw|sh)\d+)+)$")
 
 # -- which stored runs are compared ------------------------------------------------------------
 # pytest-benchmark looks for compared runs only in ``<storage>/<machine id>/``, a folder named after
@@ -147,7 +148,7 @@ def compared_spec(config: pytest.Config) -> Any:
 def load_compared(config: pytest.Config) -> list[str] | None:
     """(pytest_sessionstart) Load the runs --benchmark-compare names from every machine-id folder:
     a bare one, every stored run; ``NNNN`` (or a glob), the runs it matches in any folder, widened
-    to every worker file of an xdist run.  Returns the runs considered, oldest first; None when
+    to every part of a run saved in parts (xdist workers' and shards' files).  Returns the runs considered, oldest first; None when
     llmgate did not take the comparison over."""
     bs = benchmark_session(config)
     value = config.stash.get(_COMPARE, None)
@@ -161,9 +162,9 @@ def load_compared(config: pytest.Config) -> list[str] | None:
     else:
         spec = str(value)
         runs = list(bs.storage.load(spec if "/" in spec or Path(spec).is_file() else f"*/{spec}"))
-        names = sorted({m.group(1) for p, _ in runs if (m := WORKER_FILE.match(Path(str(p)).stem))})
+        names = sorted({m.group(1) for p, _ in runs if (m := PART_FILE.match(Path(str(p)).stem))})
         if names:
-            runs += list(bs.storage.load(*[f"*/*_{n}-gw" for n in names]))
+            runs += list(bs.storage.load(*[f"*/*_{n}-{part}" for n in names for part in ("gw", "sh")]))
         plain = list(bs.storage.load(spec))
     unique = {str(p): (p, data) for p, data in runs}
     runs = sorted(unique.values(), key=lambda r: (str(r[1].get("datetime") or ""), Path(str(r[0])).name, str(r[0])))

@@ -108,10 +108,20 @@ def enable_on_xdist_worker(config: pytest.Config, worker: str) -> None:
     bs.disabled = False
     if hasattr(bs, "xdist_warning"):        # pytest-benchmark >= 5.3 (5.2 only warns, at configure)
         bs.xdist_warning = False
+    suffix_saves(config, worker)
+
+
+def suffix_saves(config: pytest.Config, part: str) -> None:
+    """Save this process's share of a run as NAME-PART (NNNN_NAME-PART.json): an xdist worker's
+    (gwN) or a shard's (shK, ``--llmgate-shard``); a comparison with the run takes every part of NAME
+    (``store.baseline.PART_FILE``)."""
+    bs = benchmark_session(config)
+    if bs is None:
+        return
     if bs.save:
-        bs.save = f"{bs.save}-{worker}"
+        bs.save = f"{bs.save}-{part}"
     if bs.autosave:
-        bs.autosave = f"{bs.autosave}-{worker}"
+        bs.autosave = f"{bs.autosave}-{part}"
 
 
 def is_llmgate(bench: dict[str, Any]) -> bool:
