@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
-from llmgate.store import baseline as baseline_store, benchmark_files
+from llmgate.store import baseline as baseline_store, benchmark_files, history
 from llmgate import engines, hookspec
 from llmgate.device import hardware
 from llmgate.report import reports
@@ -95,6 +96,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="run the K-th of N disjoint shares of the selected matrix entries (each entry with its "
                      "reference chain and all its boots), one share per CI job; merge the jobs' reports with "
                      "python -m llmgate.report.merge")
+    g.addoption("--llmgate-shard-durations", metavar="DIR",
+                help="a run history (.llmgate/history of an earlier run, the same folder in every job) whose "
+                     "recorded seconds per entry balance the shares (default: by selected tests)")
     parser.addini("llmgate_matrix", "matrix TOML file, relative to the rootdir")
     parser.addini("llmgate_baselines", "folder for stored baselines (pytest-benchmark storage)", default="baselines")
 
@@ -122,7 +126,12 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[SESSION_KEY] = gs = GateSession(config)
     if shard_spec is not None:
-        gs.shard = shard_mod.ShardPlugin(shard_spec, lambda: {e.id: e.reference for e in gs.matrix.entries})
+        durations = config.getoption("--llmgate-shard-durations", None)
+        if durations is not None and not Path(durations).is_dir():
+            raise pytest.UsageError(f"--llmgate-shard-durations {durations}: no such folder (a run history, "
+                                    f"e.g. .llmgate/history of an earlier run)")
+        gs.shard = shard_mod.ShardPlugin(shard_spec, lambda: {e.id: e.reference for e in gs.matrix.entries},
+                                         history.entry_seconds(Path(durations)) if durations else None)
         config.pluginmanager.register(gs.shard, "llmgate-shard")
     config.pluginmanager.register(gs, "llmgate-session")      # its pytest_* methods are hooks of this config
     # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the session like Ctrl-C

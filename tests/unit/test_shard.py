@@ -56,3 +56,15 @@ def test_bad_shard_is_one_clear_line(text):
 
 def test_shard_parses():
     assert Shard.parse(" 2 / 4 ") == Shard(2, 4) and str(Shard(2, 4)) == "2/4"
+
+
+def test_recorded_seconds_balance_the_shares_when_they_time_every_selected_entry():
+    items = ["slow", "a", "a", "a", "b", "b", "b"]
+    refs = {"slow": None, "a": None, "b": None}
+    by_count = [split(items, refs, Shard(k, 2)) for k in (1, 2)]
+    assert by_count[0] == [True, True, True, True, False, False, False]      # a, b (3 tests each), then slow onto 1
+    secs = {"slow": 600.0, "a": 100.0, "b": 100.0}
+    by_time = [split(items, refs, Shard(k, 2), secs) for k in (1, 2)]
+    assert by_time[0] == [True] + [False] * 6 and by_time[1] == [False] + [True] * 6
+    # an entry the record does not time: the counts decide, for every unit alike
+    assert [split(items, refs, Shard(k, 2), {"slow": 600.0}) for k in (1, 2)] == by_count

@@ -19,6 +19,7 @@ from llmgate.report import reports
 from llmgate.process import server as server_mod
 from llmgate.runner import distribution
 from llmgate.config import matrix as matrix_mod
+from llmgate.config.ids import entry_scope
 from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
 from llmgate.levers.figures import SharedFigures
@@ -56,6 +57,7 @@ class GateSession:
         self.started = time.time()
         # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
         self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+        self.entry_seconds: dict[str, float] = {}     # wall seconds of each entry's tests (the run history keeps them)
         self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
         # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
         self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
@@ -88,6 +90,17 @@ class GateSession:
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         self.finished.add(nodeid)
         self.running = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # setup (a boot), call and teardown of a test of a matrix entry, added to the entry's time
+        try:
+            ids = [e.id for e in self.matrix.entries]
+        except MatrixError:
+            return
+        scope = entry_scope(report.nodeid, ids)
+        if scope.startswith("llmgate-entry:"):
+            cid = scope.removeprefix("llmgate-entry:")
+            self.entry_seconds[cid] = self.entry_seconds.get(cid, 0.0) + float(report.duration or 0.0)
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):

@@ -5,8 +5,11 @@ gate over N machines, each a whole job.
 The unit is the one pytest-xdist keeps on one worker (``distribution.entry_scheduling``): a matrix
 entry with its reference chain (an entry is compared with figures its reference measured in the same
 session), with all its boots.  Units are spread by longest-processing-time-first over the shares,
-weighted by their selected tests (a test per boot); ties go by the unit's name, so every job works out
-the same split from the same selection.  Tests of no matrix entry (plain tests beside the scenarios)
+weighted by their selected tests (a test per boot), or by their entries' wall seconds in a recorded run
+where ``--llmgate-shard-durations DIR`` names a run history that times every selected entry (a folder
+every job sees alike: committed, or an artifact of an earlier run; a job's own history differs from
+another's and would split differently); ties go by the unit's name, so every job works out the same
+split from the same selection and durations.  Tests of no matrix entry (plain tests beside the scenarios)
 run in share 1.  ``python -m llmgate.report.merge`` makes one report of the shares' reports, naming
 any that is missing.
 
@@ -66,14 +69,22 @@ def assign(weights: dict[str, float], n: int) -> dict[str, int]:
     return out
 
 
-def split(item_entries: list[str | None], references: dict[str, str | None], shard: Shard) -> list[bool]:
-    """For each selected test (its matrix entry, None for a test of none): whether it runs in ``shard``."""
+def split(item_entries: list[str | None], references: dict[str, str | None], shard: Shard,
+          seconds: dict[str, float] | None = None) -> list[bool]:
+    """For each selected test (its matrix entry, None for a test of none): whether it runs in ``shard``.
+    A unit weighs its selected tests or, where ``seconds`` (each entry's wall seconds in a recorded run)
+    times every selected entry, its entries' recorded seconds (whole: what share of an entry's time
+    the selected tests take is not known)."""
     root = reference_groups(references)
+    selected = {cid for cid in item_entries if cid is not None}
+    timed = bool(seconds) and all(cid in seconds for cid in selected)      # type: ignore[operator]
     weights: dict[str, float] = {}
     for cid in item_entries:
         if cid is not None:
-            u = root.get(cid, cid)
-            weights[u] = weights.get(u, 0.0) + 1.0
+            weights[root.get(cid, cid)] = weights.get(root.get(cid, cid), 0.0) + (0.0 if timed else 1.0)
+    if timed:
+        for cid in selected:
+            weights[root.get(cid, cid)] += float(seconds[cid])                 # type: ignore[index]
     where = assign(weights, shard.of)
     return [shard.index == 1 if cid is None else where[root.get(cid, cid)] == shard.index for cid in item_entries]
 
@@ -81,8 +92,10 @@ def split(item_entries: list[str | None], references: dict[str, str | None], sha
 class ShardPlugin:
     """Keeps this share's tests (after -k and -m have selected), and records which entries it ran."""
 
-    def __init__(self, shard: Shard, references: Callable[[], dict[str, str | None]]):
+    def __init__(self, shard: Shard, references: Callable[[], dict[str, str | None]],
+                 seconds: dict[str, float] | None = None):
         self.shard, self.references = shard, references      # the matrix's, read once it is loaded
+        self.seconds = seconds or {}                           # --llmgate-shard-durations: entries' recorded seconds
         self.entries: list[str] = []
         self.before = self.selected = 0
 
@@ -95,7 +108,7 @@ class ShardPlugin:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         ids = [_entry_of(i) for i in items]
         self.before = len(items)
-        keep = split(ids, self.references(), self.shard)
+        keep = split(ids, self.references(), self.shard, self.seconds)
         kept = [i for i, k in zip(items, keep) if k]
         dropped = [i for i, k in zip(items, keep) if not k]
         if dropped:

@@ -112,14 +112,16 @@ def make_series(entry: str, test: str, key: str, unit: str, better: str, boots: 
 
 
 def make_record(series: list[dict[str, Any]], started: float, finished: float | None = None,
-                argv: list[str] | None = None, worker: str | None = None, exit_status: int | None = None
-                ) -> dict[str, Any]:
+                argv: list[str] | None = None, worker: str | None = None, exit_status: int | None = None,
+                entry_seconds: dict[str, float] | None = None) -> dict[str, Any]:
     finished = finished if finished is not None else dt.datetime.now(dt.timezone.utc).timestamp()
     body = json.dumps(series, sort_keys=True, default=str)
     rid = _stamp(started) + "_" + hashlib.sha256(f"{started}{worker}{body}".encode()).hexdigest()[:8]
     return {"schema": SCHEMA,
             "run": {"id": rid, "started": _iso(started), "finished": _iso(finished), "argv": list(argv or []),
-                    "worker": worker, "exit_status": exit_status},
+                    "worker": worker, "exit_status": exit_status,
+                    **({"entry_seconds": {k: round(float(v), 3) for k, v in entry_seconds.items()}}
+                       if entry_seconds else {})},
             "series": series}
 
 
@@ -178,6 +180,7 @@ class RecordedSession(Protocol):
     verdicts: list[Verdict]
     boots: dict[str, list[dict[str, Any]]]
     boot_values: dict[tuple[str, str, str], dict[int, list[float]]]
+    entry_seconds: dict[str, float]               # wall seconds of each entry's tests (boots included)
 
     @property
     def matrix(self) -> Matrix: ...
@@ -266,8 +269,25 @@ def record_session(gs: RecordedSession, exit_status: int) -> Path | None:
     if not series:
         return None
     rec = make_record(series, gs.started, argv=list(gs.config.invocation_params.args), worker=gs.worker,
-                      exit_status=exit_status)
+                      exit_status=exit_status, entry_seconds=gs.entry_seconds)
     return write(rec, folder)
+
+
+def entry_seconds(folder: Path) -> dict[str, float]:
+    """Each matrix entry's wall seconds in the newest run of ``folder`` that timed it (the records of a
+    run's xdist workers and shards each time their own entries); empty without a history.  A record
+    that does not load is passed over here: the history's reader names it."""
+    out: dict[str, float] = {}
+    if not folder.is_dir():
+        return out
+    for path in reversed(record_files(folder)):
+        try:
+            rec = read_file(path)
+        except HistoryError:
+            continue
+        for cid, s in (rec["run"].get("entry_seconds") or {}).items():
+            out.setdefault(cid, float(s))
+    return out
 
 
 # -- over runs ---------------------------------------------------------------------------------

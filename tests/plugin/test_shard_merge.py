@@ -73,10 +73,13 @@ def test_two_shards_merge_to_the_unsharded_run_and_save_one_baseline(pytester):
     whole = verdicts(pytester.path / "whole" / "report.json")
     assert ("b-sglang", "engine_vs_reference@c8", "no baseline") in whole
 
+    # the whole run's history timed every entry: the shards balance by those seconds
+    record = json.loads(next((pytester.path / ".llmgate" / "history").glob("*.json")).read_text())
+    assert set(record["run"]["entry_seconds"]) == {"a-vllm", "b-sglang", "c-vllm", "d-vllm"}
     ran = []
     for k in (1, 2):
-        r = run(pytester, "--llmgate-shard", f"{k}/2", "--llmgate-out", f"sh{k}",
-                "--benchmark-storage=file://store-parts", "--benchmark-save=base")
+        r = run(pytester, "--llmgate-shard", f"{k}/2", "--llmgate-out", f"sh{k}", "--llmgate-shard-durations",
+                ".llmgate/history", "--benchmark-storage=file://store-parts", "--benchmark-save=base")
         assert r.ret == 0, r.stdout.str()
         ran.append(json.loads((pytester.path / f"sh{k}" / "report.json").read_text())["shard"]["entries"])
     assert sorted(ran[0] + ran[1]) == ["a-vllm", "b-sglang", "c-vllm", "d-vllm"]
@@ -116,3 +119,5 @@ def test_a_missing_shard_fails_the_merge_naming_it_and_an_empty_share_passes(pyt
     assert m.returncode == 2 and "given twice" in m.stderr
     r = run(pytester, "--llmgate-shard", "3/2")
     assert r.ret == 4 and "1 ≤ K ≤ N" in r.stderr.str() + r.stdout.str()
+    r = run(pytester, "--llmgate-shard", "1/2", "--llmgate-shard-durations", "no-such-folder")
+    assert r.ret == 4 and "no such folder" in r.stderr.str() + r.stdout.str()
