@@ -75,16 +75,16 @@ def split(item_entries: list[str | None], references: dict[str, str | None], sha
     A unit weighs its selected tests or, where ``seconds`` (each entry's wall seconds in a recorded run)
     times every selected entry, its entries' recorded seconds (whole: what share of an entry's time
     the selected tests take is not known)."""
-    root = reference_groups(references)
+    root, secs = reference_groups(references), seconds or {}
     selected = {cid for cid in item_entries if cid is not None}
-    timed = bool(seconds) and all(cid in seconds for cid in selected)      # type: ignore[operator]
+    timed = bool(secs) and all(cid in secs for cid in selected)
     weights: dict[str, float] = {}
     for cid in item_entries:
         if cid is not None:
             weights[root.get(cid, cid)] = weights.get(root.get(cid, cid), 0.0) + (0.0 if timed else 1.0)
     if timed:
         for cid in selected:
-            weights[root.get(cid, cid)] += float(seconds[cid])                 # type: ignore[index]
+            weights[root.get(cid, cid)] += float(secs[cid])
     where = assign(weights, shard.of)
     return [shard.index == 1 if cid is None else where[root.get(cid, cid)] == shard.index for cid in item_entries]
 
