@@ -84,3 +84,43 @@ def test_a_reference_not_measured_in_the_session_is_said_not_guessed(pytester):
     r.assert_outcomes(passed=1)
     assert ratios(pytester) == {}
     r.stdout.fnmatch_lines(["*b-sglang*÷ a-vllm's (vllm): not measured*"])
+
+
+TTFT_TEST = """
+import json, os
+import pytest
+
+@pytest.mark.boots
+def test_c8(llmgate_config, llmgate_boot, gate):
+    from llmgate.core import metrics
+    boot = json.loads(os.environ["VALUES"])[llmgate_config.id][llmgate_boot - 1]
+    gate.record(metrics.AGGREGATE_TOK_S, boot["agg"], "c8")
+    gate.levers.versus_reference_engine(boot["agg"], "c8")
+    gate.record(metrics.TTFT_P95, boot["ttft"], "c8")
+    gate.levers.versus_reference_engine(boot["ttft"], "c8", metrics.ENGINE_TTFT_P95_RATIO)
+"""
+
+
+def ttft_boots(agg, ttft):
+    return [{"agg": a, "ttft": t} for a, t in zip(boots(agg), boots(ttft))]
+
+
+def test_the_seeds_ttft_ratio_is_kept_apart_from_the_aggregate_and_a_longer_wait_is_worse(pytester):
+    """The seed's own figure of the engine comparison: TTFT p95 at 8 users ÷ the reference engine's
+    (lower is better), from the same boots as the aggregate ratio and never mixed with it."""
+    vals = {"a-vllm": ttft_boots(100, 2.0), "b-sglang": ttft_boots(150, 0.5), "c-vllm": ttft_boots(90, 2.2)}
+    r = boot_runs.run(pytester, ENTRIES, TTFT_TEST, vals, "--llmgate-boots", "3", "--benchmark-save=base")
+    r.assert_outcomes(passed=9)
+    rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    got = {(v["config"], v["key"]): v for v in rep["verdicts"] if "vs_reference" in v["key"]}
+    assert set(got) == {("b-sglang", "engine_vs_reference@c8"), ("b-sglang", "engine_ttft_p95_vs_reference@c8")}
+    assert got["b-sglang", "engine_vs_reference@c8"]["now"]["median"] == pytest.approx(1.5, rel=0.01)
+    assert got["b-sglang", "engine_ttft_p95_vs_reference@c8"]["now"]["median"] == pytest.approx(0.25, rel=0.01)
+
+    # SGLang waits 0.8 s instead of 0.5 while its throughput and vLLM's stay: the TTFT ratio regressed
+    vals["b-sglang"] = ttft_boots(150, 0.8)
+    r = boot_runs.run(pytester, ENTRIES, TTFT_TEST, vals, "--llmgate-boots", "3", "--benchmark-compare")
+    rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    got = {(v["config"], v["key"]): v for v in rep["verdicts"] if "vs_reference" in v["key"]}
+    assert got["b-sglang", "engine_ttft_p95_vs_reference@c8"]["status"] == "regressed", got
+    assert got["b-sglang", "engine_vs_reference@c8"]["status"] == "unchanged", got

@@ -79,28 +79,30 @@ class EntryLevers:
             memo[name] = compute()
         return memo[name]
 
-    def versus_reference_engine(self, values: list[float], variant: str) -> Verdict | None:
-        """The seed's engine comparison as a same-session ratio: this boot's aggregate tok/s ``values``
-        (``variant``: c8) ÷ the median over the boots of this entry's reference, where the reference is
-        another engine measured earlier in this session (same model and budget: the matrix says so).
-        Every entry's values are kept for the entries that take it as their reference."""
+    def versus_reference_engine(self, values: list[float], variant: str,
+                                metric: metrics.Metric = metrics.ENGINE_RATIO) -> Verdict | None:
+        """The seed's engine comparison as a same-session ratio: this boot's ``values`` of one figure
+        (``metric`` says which: aggregate tok/s by default, ``metrics.ENGINE_TTFT_P95_RATIO`` for TTFT
+        p95) at ``variant`` (c8) ÷ the median over the boots of this entry's reference, where the
+        reference is another engine measured earlier in this session (same model and budget: the
+        matrix says so).  Every entry's values are kept for the entries that take it as their reference."""
         cfg = self._entry
         if cfg is None:
             return None
-        kept = self._figures.by_entry.setdefault(("engines", cfg.id), {}).setdefault(variant, {})
+        kept = self._figures.by_entry.setdefault(("engines", metric.name, cfg.id), {}).setdefault(variant, {})
         kept[self._boot or 1] = [float(v) for v in values]
         if cfg.reference is None:
             return None
         ref = self._matrix().by_id(cfg.reference)
         if ref.engine == cfg.engine:
             return None
-        theirs = self._figures.by_entry.get(("engines", ref.id), {}).get(variant)
+        theirs = self._figures.by_entry.get(("engines", metric.name, ref.id), {}).get(variant)
         if not theirs:
-            self._note(f"aggregate tok/s @{variant} ÷ {ref.id}'s ({ref.engine}): not measured, as {ref.id} was not "
-                       f"measured at {variant} earlier in this session")
+            self._note(f"{metric.label.split(' ÷ ')[0]} @{variant} ÷ {ref.id}'s ({ref.engine}): not measured, as "
+                       f"{ref.id} was not measured at {variant} earlier in this session")
             return None
         base = median([median(v) for v in theirs.values()])
-        return self._record(metrics.ENGINE_RATIO, [v / base for v in values], variant, reference=ref.id,
+        return self._record(metric, [v / base for v in values], variant, reference=ref.id,
                             reference_engine=ref.engine, reference_boot_medians=[median(v) for v in theirs.values()])
 
     def acceptance_meaningful(self) -> str | None:
