@@ -3,6 +3,7 @@
 # copies what there is to $OUT.  Source it after setting:
 #   work   the campaign's folder on the device (logs, reports, the `done` mark)
 #   files  the scenario files a session runs; common: the pytest arguments every session takes
+#   WHEELS (optional): the carried wheels of llmgate's dependencies (default .gpu-wheels-slim)
 # MATRIX (optional): the matrix a session runs (set and empty: the embedded default's GPU entries)
 
 session() {    # NAME DEADLINE_S [env assignments...] -- [pytest args...]
@@ -10,7 +11,7 @@ session() {    # NAME DEADLINE_S [env assignments...] -- [pytest args...]
   local envs=()
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  local cmd=(env "${envs[@]}" LLMGATE_MATRIX="${MATRIX-}" LLMGATE_WHEELS="$PWD/.gpu-wheels-slim" LLMGATE_DEADLINE_S="$deadline"
+  local cmd=(env "${envs[@]}" LLMGATE_MATRIX="${MATRIX-}" LLMGATE_WHEELS="${WHEELS:-$PWD/.gpu-wheels-slim}" LLMGATE_DEADLINE_S="$deadline"
              gpu/run-gate.sh "${files[@]}" "${common[@]}" --llmgate-out "$work/$name" "$@")
   echo "== $name $(date +%T): ${cmd[*]}"
   [ -n "${DRY:-}" ] && return 0
