@@ -79,11 +79,28 @@ class EntryLevers:
             memo[name] = compute()
         return memo[name]
 
+    def paired_base(self, reference_boot_medians: dict[int, float]) -> tuple[float, int | None]:
+        """What this boot's figure is divided by, given the reference's median by boot in this session:
+        the reference's boot of the same number when it has one (boot k ÷ boot k: each ratio then
+        carries both entries' boot-to-boot noise, and a shift shared by a session's k-th boots, such
+        as the first boot's cold compile, cancels), else the median over its boots.  Returns the base
+        and the reference boot it came from (None: the median over all).
+
+        Dividing every boot by one median over the reference's boots would treat the reference's
+        noise as none: on an H200 A/A (SGLang ÷ vLLM, TTFT p95 at c=8, two sessions of 3 + 3 boots)
+        that ratio moved +12% with a between-boot CV of 2.7%, a false alarm at p = 0.003, because
+        vLLM's three boots shared one 15% lower median in the second session; paired by boot the
+        same data give a between-boot CV of 9.6% and no alarm."""
+        boot = self._boot or 1
+        if boot in reference_boot_medians:
+            return reference_boot_medians[boot], boot
+        return median(list(reference_boot_medians.values())), None
+
     def versus_reference_engine(self, values: list[float], variant: str,
                                 metric: metrics.Metric = metrics.ENGINE_RATIO) -> Verdict | None:
         """The seed's engine comparison as a same-session ratio: this boot's ``values`` of one figure
         (``metric`` says which: aggregate tok/s by default, ``metrics.ENGINE_TTFT_P95_RATIO`` for TTFT
-        p95) at ``variant`` (c8) ÷ the median over the boots of this entry's reference, where the
+        p95) at ``variant`` (c8) ÷ the reference's of the same boot number (``paired_base``), where the
         reference is another engine measured earlier in this session (same model and budget: the
         matrix says so).  Every entry's values are kept for the entries that take it as their reference."""
         cfg = self._entry
@@ -101,9 +118,11 @@ class EntryLevers:
             self._note(f"{metric.label.split(' ÷ ')[0]} @{variant} ÷ {ref.id}'s ({ref.engine}): not measured, as "
                        f"{ref.id} was not measured at {variant} earlier in this session")
             return None
-        base = median([median(v) for v in theirs.values()])
+        medians = {b: median(v) for b, v in sorted(theirs.items())}
+        base, ref_boot = self.paired_base(medians)
         return self._record(metric, [v / base for v in values], variant, reference=ref.id,
-                            reference_engine=ref.engine, reference_boot_medians=[median(v) for v in theirs.values()])
+                            reference_engine=ref.engine, reference_boot_medians=list(medians.values()),
+                            reference_boot=ref_boot)
 
     def acceptance_meaningful(self) -> str | None:
         """None when this entry's speculative acceptance is a figure to record and compare (a

@@ -94,15 +94,16 @@ def test_speculative_decoding(gate):
             if ref_figures is None:
                 pytest.fail(f"{cfg.id}: reference entry {ref.id!r} was not measured in this session")
             # the reference's boots ran before this entry's (matrix order): the speed-up of this boot
-            # is over the median of their medians, as the engine ratio is
-            theirs = [statistics.median(f[variant]) for f in gate.levers.reference_boots("speculative").values()
-                      if variant in f]
+            # is over the reference's boot of the same number, as the engine ratio is (paired_base)
+            theirs = {b: statistics.median(f[variant]) for b, f in sorted(gate.levers.reference_boots("speculative").items())
+                      if variant in f}
             if theirs:
-                base = statistics.median(theirs)
+                base, ref_boot = gate.levers.paired_base(theirs)
                 extra = {"acceptance_not_meaningful": not_meaningful, "counters": counters} if counters else {}
                 if caveat:
                     extra["caveat"] = caveat
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
-                            reference=ref.id, reference_boot_medians=theirs, **extra)
+                            reference=ref.id, reference_boot_medians=list(theirs.values()), reference_boot=ref_boot,
+                            **extra)
     assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
     gate.levers.remember("speculative", figures)
