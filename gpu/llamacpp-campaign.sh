@@ -5,10 +5,12 @@
 #   gpu/llamacpp-campaign.sh pack        here, on the CPU machine: llama-server and llama-quantize of
 #                                        gpu/build-llama-server-cuda.sh's build ($LLMGATE_LLAMA_CACHE,
 #                                        default /root/llmgate-llama), with their llmgate-build.json,
-#                                        into .gpu-llama-cuda/ (xz, parts of 45 MiB; git-ignored)
-#   gpu/llamacpp-campaign.sh start       on the GPU machine (after the vLLM pack's parts are stashed;
-#                                        carry .gpu-vllm3, .gpu-wheels-llama, .gpu-model and
-#                                        .gpu-llama-cuda): installs vLLM, unpacks the binary where
+#                                        into .gpu-llama-cuda1/, 2/ (xz, a 45 MiB part each; git-ignored)
+#   gpu/llamacpp-campaign.sh stash       on the GPU machine, one call per carried part (carry
+#                                        .gpu-llama-cudaK): keeps it in /root/stash-llama
+#   gpu/llamacpp-campaign.sh start       on the GPU machine (after the vLLM pack's parts and the
+#                                        binary's are stashed; carry .gpu-vllm3, .gpu-wheels-llama and
+#                                        .gpu-model): installs vLLM, unpacks the binary where
 #                                        gpu/run-gate.sh finds it, behind a wrapper that gives it the
 #                                        CUDA 13 runtime and cuBLAS it links (torch's nvidia wheels, else
 #                                        the image's toolkit), checks that it lists the GPU, starts `run` in the
@@ -19,7 +21,8 @@
 #                                        2. one session: h200-8b-bf16 (vLLM), h200-8b-llamacpp-bf16,
 #                                           h200-8b-llamacpp-q4_k_m, decode c=1, c=8 and the quantization
 #                                           lever, K boots each → baseline h200-8b-llamacpp-k3
-# env: BOOTS (default 3), DEADLINE_S (the session's, default 1150), DRY=1 (print the commands)
+# env: BOOTS (default 3), DEADLINE_S (the session's, default 1150), KEXPR (pytest -k, default
+#      "not arrival"), SAVE (the baseline's name, default h200-8b-llamacpp-k3), DRY=1 (print the commands)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/llamacpp
@@ -55,17 +58,25 @@ pack)
   top=$(dirname "$(dirname "$(dirname "$b")")")
   [ -x "$(dirname "$b")/llama-quantize" ] || { echo "no llama-quantize beside $b" >&2; exit 2; }
   [ -f "$top/llmgate-build.json" ] || { echo "no llmgate-build.json in $top: the build did not finish" >&2; exit 2; }
-  rm -rf .gpu-llama-cuda && mkdir -p .gpu-llama-cuda
+  rm -rf .gpu-llama-cuda* && tmp=$(mktemp -d)
   rel=llama.cpp/$(basename "$top")
   tar -C "$llama_cache" -cJf - "$rel/llmgate-build.json" "$rel/build/bin/llama-server" "$rel/build/bin/llama-quantize" |
-    split -b 45M - .gpu-llama-cuda/part.
-  (cd .gpu-llama-cuda && sha256sum part.* > SHA256SUMS)
-  ls -la .gpu-llama-cuda
+    split -b 45M - "$tmp/part."
+  sums=$(cd "$tmp" && sha256sum part.*)
+  k=0
+  for part in "$tmp"/part.*; do
+    k=$((k + 1)); mkdir -p ".gpu-llama-cuda$k"; mv "$part" ".gpu-llama-cuda$k/"; echo "$sums" > ".gpu-llama-cuda$k/SHA256SUMS"
+  done
+  rmdir "$tmp"; ls -la .gpu-llama-cuda*
   ;;
-unpack)    # on the GPU machine, from a carried .gpu-llama-cuda (start does it)
-  [ -f .gpu-llama-cuda/SHA256SUMS ] || { echo "no .gpu-llama-cuda carried" >&2; exit 2; }
-  (cd .gpu-llama-cuda && sha256sum -c --quiet SHA256SUMS) || exit 2
-  mkdir -p "$llama_cache" && cat .gpu-llama-cuda/part.* | tar -C "$llama_cache" -xJf -
+stash)
+  mkdir -p /root/stash-llama && for d in .gpu-llama-cuda*/; do cp "$d"/part.* "$d"/SHA256SUMS /root/stash-llama/; done
+  ls /root/stash-llama
+  ;;
+unpack)    # on the GPU machine, from the parts in /root/stash-llama (start does it)
+  [ -f /root/stash-llama/SHA256SUMS ] || { echo "no part of the llama.cpp binary stashed (stash)" >&2; exit 2; }
+  (cd /root/stash-llama && sha256sum -c --quiet SHA256SUMS) || { echo "parts missing or damaged" >&2; exit 2; }
+  mkdir -p "$llama_cache" && cat /root/stash-llama/part.* | tar -C "$llama_cache" -xJf -
   b=$(ls "$llama_cache"/llama.cpp/*-cuda*/build/bin/llama-server | tail -1)
   libs=$(cuda_lib_dirs)
   echo "llama-server: $b; CUDA libraries: ${libs:-none found}"
@@ -83,7 +94,8 @@ unpack)    # on the GPU machine, from a carried .gpu-llama-cuda (start does it)
   ;;
 start)
   bash "$0" unpack || exit 1
-  campaign_start gpu/llamacpp-campaign.sh BOOTS="${BOOTS:-3}" DEADLINE_S="${DEADLINE_S:-1150}"
+  campaign_start gpu/llamacpp-campaign.sh BOOTS="${BOOTS:-3}" DEADLINE_S="${DEADLINE_S:-1150}" KEXPR="${KEXPR:-not arrival}" \
+    SAVE="${SAVE:-h200-8b-llamacpp-k3}"
   ;;
 wait)
   campaign_wait "${2:-540}" "$store"
@@ -101,8 +113,8 @@ run)
       PYTHONPATH=plugin${PYTHONPATH:+:$PYTHONPATH} python3 gpu/make-gguf.py "$MATRIX" ) > "$work/gguf.log" 2>&1
     echo "== gguf rc=$? $((SECONDS - t0)) s"; tail -5 "$work/gguf.log"; df -h "$PWD" | tail -1
   fi
-  session llamacpp "${DEADLINE_S:-1150}" -- -k "not arrival" --llmgate-reference seed-rtx4070 \
-    --benchmark-save=h200-8b-llamacpp-k3
+  session llamacpp "${DEADLINE_S:-1150}" -- -k "${KEXPR:-not arrival}" --llmgate-reference seed-rtx4070 \
+    --benchmark-save="${SAVE:-h200-8b-llamacpp-k3}"
   touch "$work/done"
   ;;
 *) sed -n '2,24p' "$0"; exit 2 ;;
