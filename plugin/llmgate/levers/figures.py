@@ -17,11 +17,11 @@ from llmgate.core import metrics
 
 
 class SharedFigures:
-    """The session's figures by (lever, entry id); ``("memo", id)`` and ``("engines", id)`` hold an
-    entry's memo and its aggregate tok/s values by variant and boot."""
+    """The session's figures by (lever, entry id); ``("memo", id)`` holds an entry's memo and
+    ``("engines", metric name, id)`` its values of that figure by variant and boot (the engine ratios)."""
 
     def __init__(self) -> None:
-        self.by_entry: dict[tuple[str, str], dict[Any, Any]] = {}
+        self.by_entry: dict[tuple[str, ...], dict[Any, Any]] = {}
 
 
 class EntryLevers:
