@@ -1,5 +1,5 @@
 """The latency statistics (issue 35), engine-free: a boot value's sampling variance from resampling
-its requests, the noise split into a sampling part and a boot part, the MDE with a machine offset,
+its requests, the noise split into a sampling part and a boot part, the MDE with a machine or session offset,
 and the noise report."""
 
 import math
@@ -85,6 +85,47 @@ def test_a_machine_offset_widens_the_mde_whatever_the_boots():
     # throughput between machines moves far less than latency
     assert noise_prior.machine_offset("gpu", metrics.DECODE_TOK_S)[0] < offset[0] / 10
     assert noise_prior.machine_offset("gpu", metrics.PASS_RATE) is None
+
+
+# an A/A on the H200 (2026-12-04, gpu/runs/2026-12-04-llamacpp-k3): the 8B shape on vLLM 0.26.0, 3 + 3
+# boots, the second session minutes after the first on the same machine; these are its boot medians
+AA_ENGINE_TTFT_C8 = ([0.0160, 0.0194, 0.0162], [0.0188, 0.0204, 0.0206])       # +16%, p = 0.048
+AA_ENGINE_PREFILL_C8 = ([0.0106, 0.0131, 0.0110], [0.0136, 0.0134, 0.0136])    # +17%, p = 0.035
+
+
+def test_an_earlier_session_of_this_machine_carries_the_session_offset():
+    """Without it, the A/A above flags two host-side latency rows at c=8 (a false alarm: nothing
+    changed but the session); with it, neither, while a real +60% still fails and decode keeps its
+    1%-class MDE (decode did not move between the sessions)."""
+    for metric, (base, now) in ((metrics.ENGINE_TTFT, AA_ENGINE_TTFT_C8),
+                                (metrics.ENGINE_PREFILL, AA_ENGINE_PREFILL_C8)):
+        b, n = [[x] for x in base], [[x] for x in now]
+        plain = judge_boots(metric, metric.name + "@c8", "e", n, b, comparison="stored")
+        assert plain.status == "regressed"                  # what the gate said before
+        offset = noise_prior.stored_offset("gpu", metric, same_machine=True)
+        assert offset is not None and "session offset" in offset[1]
+        v = judge_boots(metric, metric.name + "@c8", "e", n, b, offset=offset, comparison="stored")
+        assert v.status == "unchanged" and v.p_value > 0.05
+        assert "includes the session offset" in v.line()
+        assert v.boots_needed is None                       # no number of boots averages it away
+        slow = [[x * 1.6] for x in base]
+        assert judge_boots(metric, metric.name + "@c8", "e", slow, b, offset=offset,
+                           comparison="stored").status == "regressed"
+    # decode, TPOT and E2E did not move between the sessions: no session term; c=8 aggregate a small one
+    for steady in (metrics.DECODE_TOK_S, metrics.ENGINE_TPOT, metrics.ENGINE_E2E, metrics.TPOT):
+        assert noise_prior.stored_offset("gpu", steady, same_machine=True) is None
+    agg = noise_prior.stored_offset("gpu", metrics.AGGREGATE_TOK_S, same_machine=True)
+    assert agg is not None and agg[0] < noise_prior.stored_offset("gpu", metrics.TTFT_P50, True)[0] / 10
+    # another machine: the larger of the two offsets (a machine is also another session)
+    other = noise_prior.stored_offset("gpu", metrics.TTFT_P50, same_machine=False)
+    assert other == noise_prior.machine_offset("gpu", metrics.TTFT_P50)
+    assert noise_prior.stored_offset("gpu", metrics.AGGREGATE_TOK_S, same_machine=False) == agg
+    assert noise_prior.stored_offset("gpu", metrics.DECODE_TOK_S, same_machine=False) == \
+        noise_prior.machine_offset("gpu", metrics.DECODE_TOK_S)
+    # ratios of one session, quality figures and the CPU (none measured there) carry none
+    assert noise_prior.stored_offset("gpu", metrics.ENGINE_RATIO, same_machine=True) is None
+    assert noise_prior.stored_offset("gpu", metrics.PASS_RATE, same_machine=True) is None
+    assert noise_prior.stored_offset("cpu", metrics.TTFT_P50, same_machine=True) is None
 
 
 def test_the_noise_report_prints_both_parts_and_the_boots_for_five_percent():

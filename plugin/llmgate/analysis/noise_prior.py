@@ -56,3 +56,34 @@ def machine_offset(device: str | None, metric: Metric) -> tuple[float, str] | No
         return None
     cv = float(kind[metric.unit])
     return math.log1p(cv) ** 2, f"machine offset (baseline from another machine: CV {cv:.0%} assumed, llmgate's prior)"
+
+
+def session_offset(device: str | None, metric: Metric) -> tuple[float, str] | None:
+    """(the log-scale variance, in words) of the shift between two sessions of one machine of
+    ``device``'s kind for ``metric`` (per metric: those seen to shift as a session): what a comparison
+    with a stored baseline of an earlier session cannot tell from a change, however many boots; None
+    where none was seen or measured (decode, TPOT, E2E, quality figures, same-session ratios, the CPU)."""
+    if device is None:
+        return None
+    kind = table().get("session_offset", {}).get(device)
+    if not kind:
+        return None
+    cv = kind.get("metrics", {}).get(metric.name)
+    if cv is None:
+        return None
+    cv = float(cv)
+    return (math.log1p(cv) ** 2,
+            f"session offset (baseline from an earlier session of this machine: CV {cv:.0%} assumed, llmgate's prior)")
+
+
+def stored_offset(device: str | None, metric: Metric, same_machine: bool) -> tuple[float, str] | None:
+    """The offset a comparison with a stored baseline carries: the session offset for one of this
+    machine, the larger of the machine and the session offsets for one of another machine (or of an
+    unrecorded one), since another machine is also another session."""
+    session = session_offset(device, metric)
+    if same_machine:
+        return session
+    machine = machine_offset(device, metric)
+    if machine is None or (session is not None and session[0] > machine[0]):
+        return session
+    return machine

@@ -93,8 +93,9 @@ class Verdict:
     # what the comparison rests on: "same session" (the baseline's boots were measured in this
     # session, alternating with these) or "stored" (a baseline of an earlier run); "" before compared
     comparison: str = ""
-    # a stored baseline from another machine: the between-machine offset the MDE includes, in words
-    # ("machine offset CV 15% (assumed: …)"); "" when the baseline is from this machine or this session
+    # a stored baseline from an earlier session or another machine: the offset the MDE includes, in
+    # words ("session offset (…: CV 15% assumed …)", "machine offset (…)"); "" for a same-session
+    # comparison or a device with no such offset measured (the field keeps its schema name)
     machine_offset: str = ""
     # what the MDE rests on (None: not said, as in a report.json written before it was)
     mde_kind: MdeBasis | None = None
@@ -374,8 +375,8 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     ``now_sampling`` / ``base_sampling``: each boot's sampling variance (log scale), where a boot's
     value is one statistic over its requests (``stats.sampling_log_var``): the sampling part of the
     noise, beside the boot part the boots' spread adds (``Noise.boot_cv``).  ``offset``: (a log-scale
-    variance, its description) of a stored baseline from another machine, added to the comparison's
-    variance whatever the boots (``machine_offset``).  ``comparison``: "same session" or "stored"."""
+    variance, its description) of a stored baseline from an earlier session or another machine, added
+    to the comparison's variance whatever the boots (``noise_prior.stored_offset``).  ``comparison``: "same session" or "stored"."""
     eff = metric.min_effect if min_effect is None else min_effect
     now_boots = [list(map(float, b)) for b in now_boots if b]
     flat_now = [v for b in now_boots for v in b]

@@ -119,7 +119,8 @@ def gpus() -> list[dict[str, Any]]:
 def machine_id(device_kind: str = "cpu") -> str:
     """Which machine measured (recorded beside every result, not part of the fingerprint): for a GPU
     entry the visible GPUs' UUIDs (the cards themselves), else this host's machine-id and name.  A
-    stored baseline of another machine carries that machine's offset (``noise_prior.machine_offset``)."""
+    stored baseline of another machine carries that machine's offset, one of this machine an earlier
+    session's (``noise_prior.stored_offset``)."""
     import hashlib
 
     parts: list[str] = []

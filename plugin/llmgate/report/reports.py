@@ -84,7 +84,7 @@ def noise_rows(verdicts: Iterable[Verdict], target: float = 0.05, alpha: float =
         k = boots_needed(v.metric, var, n.df, max(v.boots[0], 1), target, alpha) if n.between is not None else None
         rows.append([v.config_id, v.key, f"{n.sampling_cv:.2%}", f"{n.boot_cv:.2%}" if n.boot_cv is not None else "—",
                      f"{n.requests:.0f}" if n.requests else "—", f"{v.boots[0]}+{v.boots[1]}" if v.boots[0] else str(v.boots[1]),
-                     (v.comparison or "not compared") + (" (+ machine offset)" if v.machine_offset else ""),
+                     (v.comparison or "not compared") + (f" (+ {v.machine_offset.split(' (')[0]})" if v.machine_offset else ""),
                      f"{v.mde:.1%}" if v.mde is not None else "—",
                      (str(k) if k else f">{50}") if n.between is not None else "—"])
     return rows

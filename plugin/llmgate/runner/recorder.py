@@ -128,9 +128,10 @@ class Recorder:
                 self.item.warn(pytest.PytestWarning(f"{key}: compared with a baseline from another setup: "
                                                     + "; ".join(refused)))
                 refused = []
-            if base_info.get("machine") != extra.get("machine"):
-                # another machine (or one that was not recorded): its offset is part of the difference
-                offset = noise_prior.machine_offset(cfg.device if cfg else None, metric)
+            # an earlier session's shift (and another machine's offset, or an unrecorded one's) is
+            # part of the difference, whatever the boots
+            offset = noise_prior.stored_offset(cfg.device if cfg else None, metric,
+                                               base_info.get("machine") == extra.get("machine"))
         prior = baseline_store.baseline_noise(base[1]) if base is not None and not refused else None
         order = sorted(samp)
         verdict = judge_boots(metric, key, cfg.id if cfg else self.item.name, boots, None if refused else base_boots,
