@@ -3,8 +3,10 @@
 For each matrix entry and metric of pytest-benchmark files that llmgate saved: the boots the file
 holds, their between-boot noise (log scale, ≈ CV) and its part beyond one boot's own sampling, the
 minimum detectable effect of a comparison with a run like it (same session, K boots a side, one-sided
-α = 0.05, 80% power: the MDE the verdicts print), and the boots a side that bring that MDE to the
-metric's own minimum effect and to a target (default 5%).  A file of one boot a side has no
+α = 0.05, 80% power: the MDE the verdicts print), the same against this file from a later session of
+the same machine (with the session offset of ``data/noise_prior.json``, which no number of boots
+averages away: what ``--benchmark-compare`` with this file sees), and the boots a side that bring the
+same-session MDE to the metric's own minimum effect and to a target (default 5%).  A file of one boot a side has no
 between-boot noise: its rows say so, as the verdicts would (they then assume the device's prior).
 
     python -m llmgate.report.sensitivity baselines/Linux-CPython-3.12-64bit/0005_h200-8b.json [...]
@@ -20,14 +22,15 @@ import sys
 from pathlib import Path
 from tabulate import tabulate
 
+from llmgate.analysis import noise_prior
 from llmgate.analysis.stats import Noise, median
 from llmgate.analysis.verdict import DEFAULT_ALPHA, MAX_BOOTS_ADVISED, boots_needed, judge_boots
 from llmgate.core import metrics
 from llmgate.store.baseline import baseline_boots, baseline_noise
 from llmgate.store.benchmark_files import is_llmgate
 
-HEADERS = ["entry", "metric", "boots", "median", "between-boot CV", "boot part", "MDE (K a side)", "min effect",
-           "K for min effect", "K for target"]
+HEADERS = ["entry", "metric", "boots", "median", "between-boot CV", "boot part", "MDE (K a side)",
+           "MDE, later session", "min effect", "K for min effect", "K for target"]
 
 
 class SensitivityError(ValueError):
@@ -72,6 +75,13 @@ def rows(path: Path, entry: str | None = None, metric: str | None = None, target
             var = max(noise.between, noise.value_var, 1e-12)
             need_target = boots_needed(m, var, noise.df, k, target, alpha)
         known = noise.between is not None
+        device = ((info.get("fingerprint") or {}).get("config") or {}).get("device")
+        offset = noise_prior.session_offset(device, m)
+        later = None
+        if known and v.mde is not None:
+            later = v.mde if offset is None else judge_boots(
+                m, key, cid, boots, boots, alpha=alpha, now_sampling=sampling, now_requests=requests,
+                base_sampling=sampling, base_requests=requests, offset=offset, comparison="stored").mde
 
         def k_text(mde: float | None, goal: float, need: int | None) -> str:
             if not known or mde is None:
@@ -84,6 +94,7 @@ def rows(path: Path, entry: str | None = None, metric: str | None = None, target
                     f"{noise.between_cv:.2%}" if known else "1 boot: unknown",
                     f"{noise.boot_cv:.2%}" if known and noise.boot_cv is not None else "—",
                     f"{v.mde:.1%}" if known and v.mde is not None else "—",
+                    f"{later:.1%}" if later is not None else "—",
                     f"{m.min_effect:.0%}" if m.min_effect else "any",
                     k_text(v.mde, m.min_effect, v.boots_needed) if m.min_effect else "—",
                     k_text(v.mde, target, need_target)])
