@@ -292,6 +292,7 @@ def test_sigterm_ends_the_session_like_ctrl_c_and_the_report_says_so(pytester):
     assert [v["test"] for v in rep["verdicts"]] == ["test_1_measured"]
     md = (pytester.path / ".llmgate" / "summary.md").read_text()
     assert "Interrupted by SIGTERM during `test_int.py::test_2_running`" in md and "`test_int.py::test_3_never`" in md
+    assert "the rest was not run" in md
 
 
 def test_a_report_that_ran_to_its_end_says_it_was_not_interrupted(pytester):

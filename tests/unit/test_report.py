@@ -76,3 +76,16 @@ def test_plots_are_left_out_when_there_is_no_data(tmp_path):
     vs = [judge(metrics.GREEDY, "greedy_repeatable", "cfg", [1.0], None)]
     files_written = report.write_all(build(vs), tmp_path, None)
     assert {f.name for f in files_written} == {"report.json", "summary.md"}
+
+
+def test_an_interrupt_after_the_last_test_says_nothing_was_left_to_run():
+    """A deadline's SIGINT on the H200 (2026-12-04) came while the last test's servers were stopping,
+    after its figures were saved: the summary said "the rest was not run" of a run with nothing left."""
+    rep = build(verdicts())
+    rep["interrupted"] = {"signal": "SIGINT", "during": "t.py::test_last", "reason": None, "not_run": []}
+    assert "it was the last test: none was left to run" in report.markdown(rep)
+    rep["interrupted"] = {"signal": "SIGINT", "during": None, "reason": None, "not_run": []}
+    assert "every test had run" in report.markdown(rep)
+    rep["interrupted"] = {"signal": "SIGINT", "during": "t.py::test_1", "reason": None, "not_run": ["t.py::test_2"]}
+    md = report.markdown(rep)
+    assert "the rest was not run" in md and "`t.py::test_2`" in md

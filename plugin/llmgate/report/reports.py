@@ -222,8 +222,11 @@ def markdown(rep: dict[str, Any]) -> str:
     stop = rep.get("interrupted")
     if stop:
         during = f" during `{stop['during']}`" if stop.get("during") else ""
+        rest = ("the rest was not run" if stop.get("not_run")
+                else "it was the last test: none was left to run" if stop.get("during")
+                else "every test had run; the interrupt cut short only what came after")
         lines += [f"**⚠️ Interrupted by {stop.get('signal') or stop.get('reason') or 'an interrupt'}{during}**: "
-                  f"the servers were stopped and what was measured is below; the rest was not run.", ""]
+                  f"the servers were stopped and what was measured is below; {rest}.", ""]
         if stop.get("not_run"):
             lines += ["Not run:", ""] + [f"- `{n}`" for n in stop["not_run"][:50]]
             if len(stop["not_run"]) > 50:
