@@ -99,3 +99,33 @@ def test_the_seed_mtp_speedup_is_not_set_beside_an_ngram_entry():
     assert row("mtp") == "e-mtp speedup_vs_reference@speculative-p64: 1.300"
     assert row("qwen3_5_mtp").startswith("e-qwen3_5_mtp")
     assert row("mtp", "dummy") == "—"              # random MTP heads: their cost, not the seed's method
+
+
+def _gguf(path, tensors):
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    for name, shape in tensors:
+        w.add_tensor(name, np.zeros(shape, dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_gguf_is_sized_from_its_tensors_as_stored(tmp_path):
+    """llama.cpp's entries on the H200 (2026-12-04) had no roofline ("model not sized": the model is a
+    .gguf file, not a folder with config.json), so a decode at 87-89% GPU busy was 'unknown'.  A GGUF
+    is sized from its tensors, each at its stored width; the token embedding is a lookup unless the
+    file has no output tensor (tied)."""
+    sep = _gguf(tmp_path / "m.gguf", [("token_embd.weight", (100, 16)), ("blk.0.attn_q.weight", (16, 16)),
+                                      ("output.weight", (100, 16))])
+    w = device.weight_bytes_per_token(sep)
+    assert w == {"parameters": 1600 + 256 + 1600, "bytes_per_token": (256 + 1600) * 2, "source": "gguf tensors"}
+    tied = _gguf(tmp_path / "t.gguf", [("token_embd.weight", (100, 16)), ("blk.0.attn_q.weight", (16, 16))])
+    assert device.weight_bytes_per_token(tied)["bytes_per_token"] == (256 + 1600) * 2
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a gguf")
+    assert device.weight_bytes_per_token(bad) is None

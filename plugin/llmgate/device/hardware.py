@@ -239,6 +239,8 @@ def weight_bytes_per_token(model: Path | str, dtype: str = "auto", quantization:
     import json
 
     folder = Path(model)
+    if folder.suffix == ".gguf":
+        return gguf_bytes_per_token(folder)
     try:
         cfg = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
@@ -270,6 +272,27 @@ def weight_bytes_per_token(model: Path | str, dtype: str = "auto", quantization:
         pass
     return {"parameters": params, "bytes_per_token": linear * lin + (norms + head) * full,
             "linear_bytes_per_param": lin, "other_bytes_per_param": full}
+
+
+def gguf_bytes_per_token(path: Path) -> dict[str, Any] | None:
+    """The same for a GGUF file (llama.cpp), read from its tensors as stored, each at its own type
+    (a Q4_K_M file mixes 4- and 6-bit blocks): every tensor but the token embedding, a row lookup,
+    unless the file has no separate output tensor (tied: the embedding is the LM head).  None
+    without the ``gguf`` package (``pytest-llmgate[llamacpp]``) or for a file it cannot read."""
+    try:
+        from gguf import GGUFReader
+
+        tensors = GGUFReader(str(path)).tensors
+    except Exception:                        # no gguf package, or not a readable GGUF (split parts too)
+        return None
+    names = {t.name for t in tensors}
+    tied = "output.weight" not in names
+    read = [t for t in tensors if t.name != "token_embd.weight" or tied]
+    if not read:
+        return None
+    params = sum(int(t.n_elements) for t in tensors)
+    nbytes = sum(int(t.n_bytes) for t in read)
+    return {"parameters": params, "bytes_per_token": nbytes, "source": "gguf tensors"}
 
 
 def decode_roofline(model: Path | str, dtype: str, quantization: str | None, decode_tok_s: float,
