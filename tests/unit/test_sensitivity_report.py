@@ -49,3 +49,10 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     assert "between 0 and 1" in capsys.readouterr().err
     assert sensitivity.main([str(STORED / "0005_h200-8b.json"), "--entry", "no-such-entry"]) == 1
     assert "no llmgate figure matches" in capsys.readouterr().err
+
+
+def test_a_metric_two_scenarios_record_is_told_apart_by_its_scenario():
+    rows = sensitivity.rows(STORED / "0016_h200-8b-llamacpp-k3.json", entry="h200-8b-llamacpp-q4_k_m",
+                            metric="decode_tok_s")
+    assert sorted((r[1], r[2]) for r in rows) == [("decode_tok_s (decode_c1)", "3"),
+                                                  ("decode_tok_s (weight_precision)", "1")]

@@ -47,12 +47,14 @@ def rows(path: Path, entry: str | None = None, metric: str | None = None, target
     if not isinstance(benches, list):
         raise SensitivityError(f"{path}: no 'benchmarks' list: not a pytest-benchmark file")
     out = []
+    scenarios: dict[tuple[str, str], list[str]] = {}
     for bench in benches:
         if not isinstance(bench, dict) or not is_llmgate(bench):
             continue
         info = bench["extra_info"]["llmgate"]
         name = str(bench.get("name", ""))
         cid = name.split("[", 1)[1].split("]", 1)[0] if "[" in name else "?"
+        scenario = name.split("[", 1)[0] if "[" in name else ""
         key = str(info.get("key") or name.rsplit("::", 1)[-1])
         if (entry and cid != entry) or (metric and not key.startswith(metric)):
             continue
@@ -90,6 +92,7 @@ def rows(path: Path, entry: str | None = None, metric: str | None = None, target
                 return f"≤{k}"
             return str(need) if need else f">{MAX_BOOTS_ADVISED}"
 
+        scenarios.setdefault((cid, key), []).append(scenario)
         out.append([cid, key, str(k), _fmt(median(vals), m.unit),
                     f"{noise.between_cv:.2%}" if known else "1 boot: unknown",
                     f"{noise.boot_cv:.2%}" if known and noise.boot_cv is not None else "—",
@@ -98,6 +101,15 @@ def rows(path: Path, entry: str | None = None, metric: str | None = None, target
                     f"{m.min_effect:.0%}" if m.min_effect else "any",
                     k_text(v.mde, m.min_effect, v.boots_needed) if m.min_effect else "—",
                     k_text(v.mde, target, need_target)])
+    # a metric that two scenarios of one entry record (decode tok/s by the decode test and by the
+    # quantization lever) is told apart by its scenario
+    seen: dict[tuple[str, str], int] = {}
+    for row in out:
+        names = scenarios[(row[0], row[1])]
+        if len(names) > 1:
+            i = seen.get((row[0], row[1]), 0)
+            seen[(row[0], row[1])] = i + 1
+            row[1] = f"{row[1]} ({names[i]})" if names[i] else row[1]
     return out
 
 
