@@ -89,7 +89,8 @@ def model_of_32k_positions(root):
 # that does not exist, an engine misspelt.  (edit of GOOD_ENTRY, the message after "<file>: ")
 BAD_MATRICES = {
     "key misspelt": (lambda root: GOOD_ENTRY.replace("max_model_len", "max_model_lenn"),
-                     lambda root: "matrix entry 'team-cpu': unknown key 'max_model_lenn' (allowed: args, boot_timeout_s, "),
+                     lambda root: "matrix entry 'team-cpu': unknown key 'max_model_lenn'; did you mean 'max_model_len'? "
+                                  "(allowed: args, boot_timeout_s, "),
     "no tokenizer": (lambda root: GOOD_ENTRY.replace('"tiny"', '"models/our-model"'),
                      lambda root: f"matrix entry 'team-cpu': key 'model': {root / 'models' / 'our-model'} has no "
                                   f"tokenizer.json (nor tokenizer_config.json with its vocabulary files): needed for "
@@ -98,7 +99,7 @@ BAD_MATRICES = {
                       lambda root: f"matrix entry 'team-cpu': key 'model': path '{root / 'models' / 'nowhere'}' does "
                                    f"not exist (use an existing model folder or a name from [models], e.g. 'tiny')"),
     "engine misspelt": (lambda root: GOOD_ENTRY.replace('"vllm"', '"vllmm"'),
-                        lambda root: "matrix entry 'team-cpu': key 'engine': unknown engine 'vllmm' "
+                        lambda root: "matrix entry 'team-cpu': key 'engine': unknown engine 'vllmm'; did you mean 'vllm'? "
                                      "(known: llamacpp, mlx, sglang, vllm)"),
     # vLLM would boot, refuse it ~10 s later, and every test would error with its traceback
     "max_model_len beyond the model": (

@@ -161,6 +161,9 @@ def test_an_unknown_engine_lists_the_known_ones():
         engines.get("nope")
     assert str(e.value) == f"unknown engine 'nope' (known: {', '.join(engines.names())})"
     assert "llamacpp, mlx, sglang, vllm" in str(e.value)
+    with pytest.raises(engines.EngineError) as e:
+        engines.get("sglangg")
+    assert str(e.value).startswith("unknown engine 'sglangg'; did you mean 'sglang'? (known: ")
 
 
 def test_pyproject_registers_the_builtin_engines_by_entry_point():

@@ -115,6 +115,32 @@ def test_bad_entries_are_one_line(tmp_path, entry, fragment):
     assert msg.startswith(str(tmp_path / "llmgate.toml"))
 
 
+@pytest.mark.parametrize("text, line", [
+    ('[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\nmax_model_lenn = 1024\n',
+     "matrix entry 'x': unknown key 'max_model_lenn'; did you mean 'max_model_len'? (allowed: args, "),
+    ('[[matrix]]\nid = "x"\nengine = "llama.cpp"\nmodel = "tiny"\n',
+     "matrix entry 'x': key 'engine': unknown engine 'llama.cpp'; did you mean 'llamacpp'? (known: "),
+    ('[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\nlevers = ["gate", "prefix-cache"]\n',
+     "matrix entry 'x': key 'levers': unknown lever 'prefix-cache'; did you mean 'prefix_cache'? (known: gate, "),
+    ('[defaults]\nMAX_NUM_SEQS = 4\n[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n',
+     "matrix entry 'x': unknown key 'MAX_NUM_SEQS'; did you mean 'max_num_seqs'? (allowed: "),
+    ('[scenario]\n[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n',
+     "unknown top-level key 'scenario'; did you mean 'scenarios'? (allowed: "),
+    ('[scenarios]\nwindow_sec = 3\n[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n',
+     "scenarios: unknown key 'window_sec'; did you mean 'window_s'? (allowed: "),
+    ('[models.t]\nlayer = 1\n[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "t"\n',
+     "models.t: unknown key 'layer'; did you mean 'layers'? (allowed: "),
+    # nothing close: no guess, the list only
+    ('[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\ncolour = "red"\n',
+     "matrix entry 'x': unknown key 'colour' (allowed: args, "),
+])
+def test_a_misspelt_name_is_one_line_with_a_guess(tmp_path, text, line):
+    with pytest.raises(MatrixError) as e:
+        load_text(tmp_path, text)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 'llmgate.toml'}: ") and line in msg and "\n" not in msg, msg
+
+
 def test_duplicate_ids(tmp_path):
     text = '[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n[[matrix]]\nid = "x"\nengine = "vllm"\nmodel = "tiny"\n'
     with pytest.raises(MatrixError, match="used by two entries"):

@@ -34,7 +34,7 @@ from typing import Any
 
 from llmgate.core.types import (CONTEXT_DRAFT_METHODS, DEVICES, ID_RE, LEVERS, SECRET,  # noqa: F401  (public here)
                                 TRAINED_DRAFT_METHODS, MatrixError, ServerConfig, spec_acceptance_caveat,
-                                drafts_from_context, spec_acceptance_meaningful)
+                                did_you_mean, drafts_from_context, spec_acceptance_meaningful)
 from llmgate import engines
 from llmgate.models import tinymodel, tokenizer
 
@@ -254,7 +254,8 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
     known_top = {"defaults", "models", "matrix", "scenarios"}
     for k in data:
         if k not in known_top:
-            raise MatrixError(f"{where}: unknown top-level key {k!r} (allowed: {', '.join(sorted(known_top))})")
+            raise MatrixError(f"{where}: unknown top-level key {k!r}{did_you_mean(k, known_top)} "
+                              f"(allowed: {', '.join(sorted(known_top))})")
     models: dict[str, tinymodel.TinySpec] = {"tiny": tinymodel.TinySpec()}
     spec_fields = {f.name for f in dataclasses.fields(tinymodel.TinySpec)}
     for name, spec in (data.get("models") or {}).items():
@@ -262,7 +263,9 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             raise MatrixError(f"{where}: models.{name}: expected a table of tiny-model fields")
         bad = set(spec) - spec_fields
         if bad:
-            raise MatrixError(f"{where}: models.{name}: unknown key {sorted(bad)[0]!r} (allowed: {', '.join(sorted(spec_fields))})")
+            first = sorted(bad)[0]
+            raise MatrixError(f"{where}: models.{name}: unknown key {first!r}{did_you_mean(first, spec_fields)} "
+                              f"(allowed: {', '.join(sorted(spec_fields))})")
         try:
             models[name] = dataclasses.replace(tinymodel.TinySpec(), **spec)
         except (TypeError, ValueError) as e:
@@ -282,7 +285,8 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
         label = f"matrix entry {merged['id']!r}" if isinstance(merged.get("id"), str) else f"matrix entry #{i + 1}"
         for k in merged:
             if k not in _FIELDS:
-                raise MatrixError(f"{where}: {label}: unknown key {k!r} (allowed: {', '.join(sorted(_FIELDS))})")
+                raise MatrixError(f"{where}: {label}: unknown key {k!r}{did_you_mean(k, _FIELDS)} "
+                                  f"(allowed: {', '.join(sorted(_FIELDS))})")
         for k in _REQUIRED:
             if k not in merged:
                 raise MatrixError(f"{where}: {label}: missing required key {k!r}")
@@ -307,7 +311,8 @@ def parse(data: dict[str, Any], source: str, base_dir: Path | None = None, check
             raise MatrixError(f"{where}: {label}: key 'env' must map names to strings")
         for lever in merged.get("levers", []):
             if lever not in LEVERS:
-                raise MatrixError(f"{where}: {label}: key 'levers': unknown lever {lever!r} (known: {', '.join(LEVERS)})")
+                raise MatrixError(f"{where}: {label}: key 'levers': unknown lever {lever!r}{did_you_mean(lever, LEVERS)} "
+                                  f"(known: {', '.join(LEVERS)})")
         ref = merged.get("reference")
         if ref is not None and ref not in seen - {merged["id"]}:
             raise MatrixError(f"{where}: {label}: key 'reference': {ref!r} is not an entry listed before this one "
@@ -443,7 +448,8 @@ def _scenarios(raw: dict[str, Any], where: str) -> Scenarios:
     values: dict[str, Any] = {}
     for k, v in raw.items():
         if k not in fields:
-            raise MatrixError(f"{where}: scenarios: unknown key {k!r} (allowed: {', '.join(sorted(fields))})")
+            raise MatrixError(f"{where}: scenarios: unknown key {k!r}{did_you_mean(k, fields)} "
+                              f"(allowed: {', '.join(sorted(fields))})")
         default = getattr(Scenarios(), k)
         if k in _SCENARIO_NUMBERS:
             kind = _SCENARIO_NUMBERS[k]

@@ -5,7 +5,9 @@ both build on these, so neither imports the other for them."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
+from collections.abc import Iterable
 from typing import Any
 
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -78,6 +80,16 @@ def spec_acceptance_caveat(cfg: "ServerConfig", models: dict[str, Any] | None = 
 
 class MatrixError(ValueError):
     """A matrix file that cannot be used; the message is one line naming file, entry and key."""
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` for an unknown name with a close known one (``difflib``), else ``""``:
+    what the one-line error of a misspelt key, engine or lever says after the name."""
+    if not isinstance(word, str):
+        return ""
+    known = [c for c in choices if isinstance(c, str)]
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6) or [c for c in known if c.lower() == word.lower()]
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)   # env values never reported

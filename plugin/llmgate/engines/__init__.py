@@ -18,6 +18,7 @@ import inspect
 import sys
 import types
 
+from llmgate.core.types import did_you_mean
 from llmgate.engines.base import BaseAdapter, BootDiagnosis, Engine, EngineInfo, port_clash
 from llmgate.engines.contract import ContractError, check, problems
 
@@ -108,7 +109,7 @@ def get(name: str) -> Engine:
     by two packages, or its entry point does not load (other engines are unaffected)."""
     regs = registrations().get(name)
     if not regs:
-        raise EngineError(f"unknown engine {name!r} (known: {', '.join(names())})")
+        raise EngineError(f"unknown engine {name!r}{did_you_mean(name, names())} (known: {', '.join(names())})")
     if len(regs) > 1:
         raise EngineError(f"engine {name!r} is registered twice: " + "; ".join(r.origin for r in regs))
     cls = _load(regs[0])
