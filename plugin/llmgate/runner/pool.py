@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llmgate.runner.boots import MeasurementBoot, Sides, boot_config
-from llmgate.runner.terminal import say
+from llmgate.runner.terminal import boot_progress, say
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.process.server import BootError, Server, ServerHandle
@@ -41,7 +41,7 @@ class ServerPool:
 
     def progress(self, cid: str, elapsed: float, last_line: str) -> None:
         """What a booting server reports (``Server(progress=…)``): the live ``booting …`` line."""
-        self.say(f"llmgate: booting {cid}: {elapsed:.0f} s … {last_line.strip()[-150:]}")
+        self.say(boot_progress(cid, elapsed, last_line))
 
     def handle(self, cid: str) -> ServerHandle | None:
         """The handle of entry ``cid``'s running server (None when none runs)."""
