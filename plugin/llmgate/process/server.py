@@ -41,12 +41,14 @@ import psutil
 
 from llmgate import engines
 from llmgate.device import gpu_room
+from llmgate.process import logs
 from llmgate.process import strays
 from llmgate.models import tinymodel
 from llmgate.models import tokenizer
 from llmgate.process import watchdog
 from llmgate.engines import EngineInfo
 from llmgate.process.interrupts import HURRY
+from llmgate.process.logs import tail
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.process.proctree import Death, Tree
 
@@ -139,17 +141,6 @@ def port_in_use(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def tail(path: Path, lines: int = 25) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64_000))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class MemorySampler(threading.Thread):
@@ -337,6 +328,7 @@ class Server:
         self.proc: subprocess.Popen | None = None       # the watchdog, whose child is the engine
         self.pid: int | None = None                     # the engine's pid (and process group)
         self.handle: ServerHandle | None = None
+        self.log_path: Path | None = None               # this boot's log, once it is started
         self._known_pids: set[int] = set()
         self._record: Path | None = None
         self._tree: Tree | None = None
@@ -403,8 +395,7 @@ class Server:
         raise last_error
 
     def _start_once(self, cfg: ServerConfig, model: Path, port: int, attempt: int) -> ServerHandle:
-        suffix = f".{self.boot_number}" + (f"-retry{attempt}" if attempt else "")
-        log_path = self.log_dir / f"{cfg.id}{suffix}.log"
+        log_path = self.log_path = self.log_dir / logs.log_name(cfg.id, self.boot_number, attempt)
         self._model = model
         cmd = self.engine.command(cfg, model, HOST, port)
         env = {**os.environ, **self.engine.environment(cfg), **cfg.env}

@@ -1,6 +1,8 @@
 """The session's servers: one per matrix entry, booted on first use, rebooted for each
 measurement boot or a confirmation run, stopped at the end (or when a test needs the
-machine to itself).  Every boot is recorded (boot number, engine, version, start-up, log)."""
+machine to itself).  Every boot is recorded (boot number, engine, version, start-up, log; a
+boot that failed has no start-up, one an interrupt broke off says so).  The engines' logs carry
+the session's name (``process.logs``): those of the last ten sessions are kept."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from llmgate.runner.boots import MeasurementBoot, Sides, boot_config
 from llmgate.runner.terminal import boot_progress, say
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import Matrix, ServerConfig
+from llmgate.process import logs
 from llmgate.process.server import BootError, Server, ServerHandle
 
 
@@ -30,6 +33,17 @@ class ServerPool:
         self.rounds: dict[str, int] = {}                       # entry → which of its K measurement boots is up
         self._prompt_makers: dict[str, PromptMaker] = {}
         self._model_hashes: dict[str, str | None] = {}
+        self.log_stamp = logs.session_stamp()                 # this session's part of its logs' names
+        logs.name_by_session(self.log_stamp)
+        self._pruned = False
+
+    def logs_ready(self) -> Path:
+        """(before a boot) The logs folder, the logs of sessions before the last ten removed (once)."""
+        if not self._pruned:
+            self._pruned = True
+            logs.name_by_session(self.log_stamp)
+            logs.prune(self.log_dir)
+        return self.log_dir
 
     def say(self, line: str) -> None:
         say(self.config, line)
@@ -69,7 +83,7 @@ class ServerPool:
         if warmup:
             record["side"] = "warm-up, not measured"
         self.boots.setdefault(cfg.id, []).append(record)
-        server = Server(run_cfg, self._matrix(), self.log_dir, boot_number=n, progress=self.progress,
+        server = Server(run_cfg, self._matrix(), self.logs_ready(), boot_number=n, progress=self.progress,
                         port=cfg.port, say=self.say)
         self.say(f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session"
                  + (f", side {side}: {run_cfg.launcher}" if side is not None else "") + ")")
@@ -149,7 +163,7 @@ class OwnServers:
 
     def log_dir(self, name: str) -> Path:
         """The folder for the logs of servers the scenario boots itself (``.llmgate/logs/<name>``)."""
-        return self._pool.log_dir / name
+        return self._pool.logs_ready() / name
 
     def boot_progress(self, cid: str, elapsed: float, last_line: str) -> None:
         """What a booting server reports (``Server(progress=…)``): the live ``booting …`` line."""
