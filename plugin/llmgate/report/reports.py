@@ -106,7 +106,8 @@ def boot_table(boots: dict[str, list[dict]]) -> str:
         for b in items:
             rows.append([cid, b.get("boot"), *([b.get("side") or ""] if sides else []), b.get("engine", ""),
                          b.get("version") or "?",
-                         f"{b['startup_s']:.1f} s" if b.get("startup_s") is not None else "failed",
+                         f"{b['startup_s']:.1f} s" if b.get("startup_s") is not None
+                         else "interrupted" if b.get("interrupted") else "failed",
                          b.get("log", "")])
     return tabulate(rows, headers=["configuration", "boot", *(["side"] if sides else []), "engine", "version",
                                    "start-up", "log"], tablefmt="github")

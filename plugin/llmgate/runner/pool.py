@@ -90,7 +90,10 @@ class ServerPool:
         try:
             handle = server.start()
         except BootError:
-            record["log"] = str(self.log_dir)
+            record["log"] = str(server.log_path or self.log_dir)
+            raise
+        except KeyboardInterrupt:           # Ctrl-C (or SIGTERM, SIGHUP: process.interrupts) during the boot
+            record.update(interrupted=True, log=str(server.log_path or self.log_dir))
             raise
         self.servers[cfg.id] = server
         record.update(startup_s=handle.startup_s, version=handle.engine_info.version, log=str(handle.log_path))
