@@ -312,10 +312,8 @@ def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: MeasurementBoot 
     measurement boot for tests marked ``boots``)."""
     if llmgate_boot is not None and _llmgate_booted.alive():
         llmgate_session.pool.ensure_round(_llmgate_booted.config, llmgate_boot)
-    if not _llmgate_booted.alive():
-        pytest.fail(f"{_llmgate_booted.config.id}: the server died earlier in this session "
-                    f"({_llmgate_booted.death()}); last lines of {_llmgate_booted.log_path}:\n"
-                    f"{_llmgate_booted.log_tail()}", pytrace=False)
+    if not _llmgate_booted.alive():       # its log's tail once, with the first test that sees it
+        pytest.fail(_llmgate_booted.death_report(), pytrace=False)
     return _llmgate_booted
 
 

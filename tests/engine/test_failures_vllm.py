@@ -1,11 +1,13 @@
 """Failures that explain themselves, each against a real vLLM process on the CPU (pytester
 sessions that boot it):
 
-- session 1: the engine is killed (kill -9) mid-run: its running test fails naming the dead
-  server with its log tail, its next test errors the same way, the other configuration (on a
-  port that was already taken: it moves to another) still runs, and no process is left
-  behind; a boot that exceeds boot_timeout_s and a missing engine binary error with the
-  reason and the install hint;
+- session 1: vLLM's EngineCore is killed (kill -9) mid-run: its running test fails naming the
+  dead process, its exit code, the first error of the server's log since it was last seen alive
+  (vLLM's own line about the engine core, not a later request's EngineDeadError) and the log's
+  tail; the entry's next two tests error in one line each, pointing to that report (the tail is
+  shown once); the other configuration (on a port that was already taken: it moves to another)
+  still runs, and no process is left behind; a boot that exceeds boot_timeout_s and a missing
+  engine binary error with the reason and the install hint;
 - session 2: started with an API key from LLMGATE_API_KEY (requests without it get 401; the
   key is in no log, report or baseline), HTTP 500s and malformed events through a fault
   proxy are counted as failed requests in the verdict, a hung stream (server stopped with
@@ -14,6 +16,7 @@ sessions that boot it):
 """
 
 import json
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -22,6 +25,7 @@ import psutil
 
 import cpu_vllm
 from engine_procs import engine_processes
+from stand_ins import kernel_tells_exit_codes
 
 pytest_plugins = ["pytester"]
 
@@ -29,18 +33,28 @@ HERE = Path(__file__).resolve().parent
 
 KILL_TESTS = """
 import os, signal, threading
+from pathlib import Path
+import psutil
 from llmgate.load import workloads as load
 from llmgate.core import metrics
+
+def kill_engine_core(h):
+    core = [p for p in psutil.Process(h.pid).children(recursive=True) if "EngineCore" in " ".join(p.cmdline())][0]
+    Path("core.pid").write_text(str(core.pid))
+    os.kill(core.pid, signal.SIGKILL)
 
 def test_1_decode(llmgate_config, llmgate_server, llmgate_prompts, gate):
     h = llmgate_server
     if llmgate_config.id == "victim":
-        threading.Timer(1.0, os.kill, (h.pid, signal.SIGKILL)).start()
+        threading.Timer(1.0, kill_engine_core, (h,)).start()
     res = load.decode_run(h, llmgate_prompts, 32, 400, 2, 0, 300, "decode")
     gate.measure.account(res)
     gate.record(metrics.DECODE_TOK_S, [s.decode_tok_s for s in res.ok])
 
 def test_2_next(llmgate_server, llmgate_prompts, gate):
+    gate.measure.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
+
+def test_3_after(llmgate_server, llmgate_prompts, gate):
     gate.measure.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
 """
 
@@ -64,13 +78,30 @@ def test_killed_engine_boot_timeout_missing_binary_and_busy_port(pytester):
     out = r.stdout.str()
     print(out)
     outcomes = r.parseoutcomes()
-    assert outcomes.get("passed") == 2, out                       # the survivor's two tests
-    assert outcomes.get("failed") == 1 and outcomes.get("errors") == 5, out
-    # the killed engine: the running test fails with the requests and the dead server's log
+    assert outcomes.get("passed") == 3, out                       # the survivor's three tests
+    assert outcomes.get("failed") == 1 and outcomes.get("errors") == 8, out    # victim 2, slow 3, no-binary 3
     r.stdout.fnmatch_lines([f"*port {port} is in use on 127.0.0.1; using * instead*"])
-    r.stdout.fnmatch_lines(["*victim: vllm server (pid *) exited with code -9 during the run; last lines of *victim.1.log:"])
-    r.stdout.fnmatch_lines(["*victim: the server died earlier in this session (exit code -9)*"])
-    assert "Traceback" not in out
+    # the killed EngineCore: the running test fails naming it, the log's first error since the server
+    # was last seen alive (vLLM's line about its engine core, not a later request's EngineDeadError)
+    # and the log's tail, once; the entry's later tests say so in one line each
+    core = int((pytester.path / "core.pid").read_text())
+    code = "exit code -9 (SIGKILL)" if kernel_tells_exit_codes() else "exit code not known"
+    lines = out.splitlines()
+    (at,) = [i for i, ln in enumerate(lines) if f"victim: the vllm server's process VLLM::EngineCore (pid {core}) "
+             f"ended during the run: {code}; the server (pid " in ln]
+    assert lines[at + 1].startswith("its log's first error since it was last seen alive: "), lines[at:at + 3]
+    first_error = lines[at + 1]
+    # vLLM 0.32's own line about it (a WARNING), before the first request's EngineDeadError
+    assert "engine core exited unexpectedly" in first_error and "EngineDead" not in first_error, first_error
+    (log,) = re.findall(r"^last lines of (\S+/\.llmgate/logs/victim\.boot1\.[\d-]+\.log):$", out, re.M)
+    assert lines[at + 2] == f"last lines of {log}:"
+    assert out.count("last lines of " + log) == 1, out           # the tail once
+    later = [ln for ln in lines if ln.startswith("victim: the server died earlier in this session")]
+    assert len(later) == 2 and all(ln.endswith(f"(VLLM::EngineCore (pid {core}) ended: {code}); its log's first "
+                                               f"error and tail are in the report of test_kill.py::test_1_decode"
+                                               f"[victim]; the log: {log}") for ln in later), later
+    # no traceback of pytest's through the gate's code (the engine's log tail may hold the engine's own)
+    assert not re.search(r"^\S+\.py:\d+: \w", out, re.M) and "During handling" not in out
     assert "slow: vllm server not ready after 4 s (boot_timeout_s); last lines of" in out
     assert "launcher '/nonexistent/llama-server' (a llama-server binary) does not exist" in out
     assert not engine_processes(pytester.path), "engine processes left behind"

@@ -84,6 +84,11 @@ class Engine(Protocol):
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         """Read a failed boot's log; None when nothing in it is recognised."""
 
+    def first_error(self, log_text: str) -> str | None:
+        """The first line of a running server's log (from when it was last seen alive) that reports
+        an error, or the exception of its first traceback: shown above the log's tail when the
+        server dies.  None when the text has none."""
+
     # -- the running server ------------------------------------------------------------
     def ready(self, http: httpx.Client, base_url: str, model_name: str) -> bool:
         """True once the server answers requests; False (never an exception) while it does not."""
@@ -177,6 +182,9 @@ def convert_once(out: Path, make: Callable[[Path], None]) -> Path:
     return out
 
 
+# the last line of a Python traceback: "SomeError: message" (or pkg.mod.SomeError) at the start of a line
+TRACEBACK_FINAL = r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+"
+TRACEBACK_START = "Traceback (most recent call last):"
 PORT_CLASH = re.compile(r"address already in use", re.IGNORECASE)     # EADDRINUSE as Python and C print it
 
 
@@ -204,6 +212,8 @@ class BaseAdapter:
     api_key_env: ClassVar[str | None] = None
     # extra max_tokens for constrained requests, where the engine's grammar lets whitespace run
     structured_slack: ClassVar[int] = 0
+    # a line of the engine's log that reports an error (``first_error``): a logging level in capitals
+    error_line: ClassVar[str] = r"\b(?:ERROR|CRITICAL|FATAL)\b"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         return None
@@ -240,6 +250,17 @@ class BaseAdapter:
         return None
 
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
+        return None
+
+    def first_error(self, log_text: str) -> str | None:
+        lines = log_text.splitlines()
+        pattern = re.compile(self.error_line)
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith(TRACEBACK_START):          # a bare traceback: its exception line
+                final = next((x for x in lines[i + 1:i + 500] if re.match(TRACEBACK_FINAL, x)), None)
+                return (final or line).strip()[:400]
+            if pattern.search(line):
+                return line.strip()[:400]
         return None
 
     def read_log(self, log_text: str) -> dict[str, Any]:

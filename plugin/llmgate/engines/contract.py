@@ -13,9 +13,9 @@ It checks: the attributes and their types; that every method of the contract is 
 takes the contract's arguments; and what the methods that need no server return for a CPU and
 a GPU configuration — ``command()`` is a list of strings that names the model and binds the
 host and port it is given, ``unavailable()`` is None or a reason, the request fields are
-JSON-serialisable tables, ``diagnose_boot()`` of a log it cannot know gives None or one line,
-the signal readers take empty scrapes, and ``ready()`` says False (not an exception) while
-nothing listens.  It does not check ``info``, ``prepare_model``, ``distribution`` or
+JSON-serialisable tables, ``diagnose_boot()`` and ``first_error()`` of a log it cannot know
+give None or one line, the signal readers take empty scrapes, and ``ready()`` says False (not an
+exception) while nothing listens.  It does not check ``info``, ``prepare_model``, ``distribution`` or
 ``reset_prefix_cache`` beyond their signatures: those need the engine.
 """
 
@@ -150,6 +150,8 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
         ("extract_token_ids({})", lambda: a.extract_token_ids({}), lambda v: None if v is None else "not None"),
         ("diagnose_boot(a log it cannot know)", lambda: a.diagnose_boot(GARBAGE_LOG), _diagnosis),
         ("diagnose_boot('')", lambda: a.diagnose_boot(""), _diagnosis),
+        ("first_error(a log it cannot know)", lambda: a.first_error(GARBAGE_LOG), _none_or_line),
+        ("first_error('')", lambda: a.first_error(""), _none_or_line),
         ("read_log(a log it cannot know)", lambda: a.read_log(GARBAGE_LOG), _dict),
         ("spec_acceptance(an empty delta)", lambda: a.spec_acceptance(_empty_delta()),
          lambda v: None if v is None or isinstance(v, SpecAcceptance) else "not None or a SpecAcceptance"),

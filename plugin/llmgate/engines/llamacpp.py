@@ -105,6 +105,8 @@ class Adapter(BaseAdapter):
     name: ClassVar[str] = "llamacpp"
     api_key_env: ClassVar[str | None] = "LLAMA_API_KEY"
     structured_slack: ClassVar[int] = 512
+    # llama-server's errors: "error: …", "failed to …", a failed GGML_ASSERT (its crash), an exception
+    error_line: ClassVar[str] = r"(?i)\berror: |\b(?:failed to|unable to) |GGML_ASSERT|\bexception\b"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.launcher and not Path(cfg.launcher).is_file():

@@ -19,10 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from llmgate.core.types import ServerConfig
-from llmgate.engines.base import BaseAdapter, BootDiagnosis, last_match
-
-# the last line of a traceback: "SomeError: message" (or pkg.mod.SomeError) at the start of a line
-TRACEBACK_FINAL = r"^(?:[\w.]+\.)?\w*(?:Error|Exception)\b[^:\n]*: [^\n]+"
+from llmgate.engines.base import TRACEBACK_FINAL, BaseAdapter, BootDiagnosis, last_match
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 

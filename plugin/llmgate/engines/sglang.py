@@ -57,6 +57,9 @@ class Adapter(PythonModuleAdapter):
     # SGLang pins its own transformers, so it often lives apart from the gate
     python_env: ClassVar[str] = "LLMGATE_SGLANG_PYTHON"
     install_hint: ClassVar[str] = INSTALL_HINT
+    # SGLang's log lines carry no level: its scheduler's "Scheduler hit an exception: <traceback>" and
+    # its launcher's "Received sigquit from a child process. It usually means the child failed."
+    error_line: ClassVar[str] = r"\b(?:ERROR|CRITICAL|FATAL)\b|hit an exception|Received sigquit from a child"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         if cfg.device != "gpu":

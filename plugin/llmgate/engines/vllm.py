@@ -80,6 +80,11 @@ class Adapter(PythonModuleAdapter):
     display: ClassVar[str] = "vLLM"
     python_env: ClassVar[str] = "LLMGATE_VLLM_PYTHON"
     install_hint: ClassVar[str] = INSTALL_HINT
+    # an error line, and the API server's line about an engine core that ended, which 0.32 logs as a
+    # WARNING ("[core_client.py:817] [shutdown] MPClient: engine core exited unexpectedly; starting
+    # cleanup", seen after a kill -9 of EngineCore; earlier releases: "ERROR … Engine core proc
+    # EngineCore_DP0 died unexpectedly, shutting down client."), before every request's EngineDeadError
+    error_line: ClassVar[str] = r"\b(?:ERROR|CRITICAL|FATAL)\b|engine core (?:exited|died) unexpectedly"
 
     def unavailable(self, cfg: ServerConfig) -> str | None:
         return super().unavailable(cfg) or (self.cpu_conflicts(cfg) if cfg.device == "cpu" else None)

@@ -207,6 +207,11 @@ class ServerHandle:
     process: subprocess.Popen = dataclasses.field(repr=False)     # the watchdog: it ends as the engine ended
     api_key: str | None = dataclasses.field(default=None, repr=False)
     tree: Tree | None = dataclasses.field(default=None, repr=False)
+    # how far the log went when the server was last seen alive: its first error from there is the
+    # one shown when it dies (not a later request's error about the dead engine)
+    alive_at: int = dataclasses.field(default=0, repr=False)
+    # where its death was first told with its log's tail (the test then running), once it was
+    death_told: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -238,31 +243,56 @@ class ServerHandle:
         return first
 
     def death(self) -> str | None:
-        """How the server died, in a few words (``exit code -9``; ``VLLM::EngineCore (pid N) …``); None if alive."""
+        """How the server died, in a few words (``exit code -9 (SIGKILL)``; ``VLLM::EngineCore (pid N)
+        ended: …``); None if alive."""
         d = self._first_death()
         if d is None:
             return None
-        return f"exit code {d.code}" if d.root else f"{d.title} (pid {d.pid}) ended: {d.exit_words()}"
+        return d.exit_words() if d.root else f"{d.title} (pid {d.pid}) ended: {d.exit_words()}"
 
     def check_alive(self, settle_s: float = 0.0) -> None:
-        """Raise ServerDied, with the log's tail, if the server or a process of it has ended.
-        ``settle_s``: after failed requests, how long to give a death to show (a client can see
-        the connection reset a moment before the kernel reports the process ended)."""
-        d = self._first_death()
+        """Raise ServerDied if the server or a process of it has ended (``death_report``: the first
+        time with the log's first error and its tail).  ``settle_s``: after failed requests, how long
+        to give a death to show (a client can see the connection reset a moment before the kernel
+        reports the process ended)."""
+        # the log's size first, then whether a process ended: what the log held then was written alive
+        size, d = logs.size(self.log_path), self._first_death()
         deadline = time.monotonic() + settle_s
         while d is None and time.monotonic() < deadline:
             time.sleep(0.05)
-            d = self._first_death()
+            size, d = logs.size(self.log_path), self._first_death()
         if d is None:
+            self.alive_at = size
             return
-        if d.root:
-            raise ServerDied(f"{self.config.id}: {self.engine.name} server (pid {self.pid}) exited with code {d.code} "
-                             f"during the run; last lines of {self.log_path}:\n{tail(self.log_path)}")
-        code = self.process.poll()
-        server = "is still running" if code is None else f"exited with code {code} after it"
-        raise ServerDied(f"{self.config.id}: the {self.engine.name} server's process {d.title} (pid {d.pid}) "
-                         f"ended during the run: {d.exit_words()}; the server (pid {self.pid}) {server}; "
-                         f"last lines of {self.log_path}:\n{tail(self.log_path)}")
+        raise ServerDied(self.death_report(during_run=True))
+
+    def death_report(self, during_run: bool = False) -> str:
+        """What a test says of the dead server.  The first time: how it died (which process, its exit
+        code), the first error its log has since the server was last seen alive (the engine's
+        ``first_error``) and the log's tail; after that one line that points there, so a session
+        whose server died shows its log once.  ``during_run``: the death interrupted this test's run."""
+        d = self._first_death()
+        if d is None:
+            return f"{self.config.id}: the server is running"
+        if self.death_told is not None:
+            return (f"{self.config.id}: the server died earlier in this session ({self.death()}); its log's "
+                    f"first error and tail are in the report of {self.death_told}; the log: {self.log_path}")
+        current = os.environ.get("PYTEST_CURRENT_TEST", "")           # "path::test[id] (call)"
+        self.death_told = current.rpartition(" (")[0] or current or "the first test that saw it"
+        if not during_run:
+            head = f"{self.config.id}: the server died earlier in this session ({self.death()})"
+        elif d.root:
+            head = (f"{self.config.id}: {self.engine.name} server (pid {self.pid}) exited with code "
+                    f"{d.exit_words().removeprefix('exit code ')} during the run")
+        else:
+            code = self.process.poll()
+            server = "is still running" if code is None else f"exited with code {code} after it"
+            head = (f"{self.config.id}: the {self.engine.name} server's process {d.title} (pid {d.pid}) "
+                    f"ended during the run: {d.exit_words()}; the server (pid {self.pid}) {server}")
+        error = self.engine.first_error(logs.read_from(self.log_path, self.alive_at))
+        first = (f"its log's first error since it was last seen alive: {error}" if error else
+                 "its log has no error line since it was last seen alive")
+        return f"{head}\n{first}\nlast lines of {self.log_path}:\n{tail(self.log_path)}"
 
     def log_tail(self, lines: int = 25) -> str:
         return tail(self.log_path, lines)
@@ -438,7 +468,7 @@ class Server:
             tokenizer_path=self.matrix.tokenizer_folder(self.cfg),
             model_hash=tinymodel.model_hash(model), engine=self.engine, engine_info=info, log_path=log_path,
             startup_s=startup, pid=self.pid or self.proc.pid, boot_number=self.boot_number, memory=sampler,
-            process=self.proc, api_key=api_key, tree=self._tree)
+            process=self.proc, api_key=api_key, tree=self._tree, alive_at=logs.size(log_path))
         return self.handle
 
     def _engine_pid(self, timeout_s: float = 60.0) -> int | None:
