@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from llmgate.store import baseline as baseline_store
+from llmgate.store import baseline as baseline_store, fingerprint as fingerprints
 from llmgate.device import hardware
 from llmgate.core import metrics
 from llmgate.report import reports
@@ -148,6 +148,23 @@ class GateSession:
                 self._matrix_error = str(e)
                 raise
         return self._matrix
+
+    def entry_fingerprint(self, cfg: ServerConfig | None) -> dict[str, Any]:
+        """The fingerprint a result of ``cfg`` (None: a test outside the matrix) is stored with:
+        device, model content, configuration, workload, and the engine build once its server runs
+        (before: the engine's name alone, which no comparison reads)."""
+        server = self.servers.get(cfg.id) if cfg else None
+        handle = server.handle if server is not None else None
+        model_hash: str | None
+        engine: dict[str, Any] | None
+        if handle is not None:
+            model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
+        else:
+            model_hash = self.pool.model_hash(cfg) if cfg else None
+            engine = {"engine": cfg.engine} if cfg else None
+        return fingerprints.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
+                                        self.matrix.scenarios.workload(cfg.device if cfg else None),
+                                        self.config.rootpath)
 
     def config_detail(self, cid: str) -> dict[str, Any] | None:
         try:
