@@ -112,7 +112,8 @@ def test_a_baseline_saved_in_one_folder_compares_in_a_clone_in_another(pytester)
     clone(first, second)
     r = gate(pytester, second, SAME, "--benchmark-compare")
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["*| decode tok/s (c=1) *| 100.0 tok/s *| unchanged *|"])
+    r.stdout.fnmatch_lines([f"llmgate: team-cpu: compared with {saved.parent.name}/{saved.name}",
+                            "*| decode tok/s (c=1) *| 100.0 tok/s *| unchanged *|"])
     assert "no baseline" not in r.stdout.str()
     assert verdict(second)["baseline_source"] == f"{saved.parent.name}/{saved.name}"
     # and it gates there: a slower engine fails against the baseline of the other folder
