@@ -1,6 +1,7 @@
 """Baselines through pytest-benchmark's storage (``baselines/`` by default): the session's side
-(taking --benchmark-compare over, loading the compared runs, making saving atomic), storing a
-metric's result, and choosing the stored entry it is compared with, or saying why there is none.
+(taking --benchmark-compare over, loading the compared runs and checking them before any boot,
+making saving atomic), storing a metric's result, and choosing the stored entry it is compared
+with, or saying why there is none.
 
 Beside it in store/: ``benchmark_files`` (what llmgate relies on in pytest-benchmark's
 internals, and the stored files), ``keys`` (the stored keys and their migration), and
