@@ -163,15 +163,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Before collection and before any boot, what would make the whole run useless stops it with
     one line and exit code 4 (pytest.UsageError): a matrix file that does not load, a run named by
-    --benchmark-compare that is not stored, a storage folder a save cannot write in."""
+    --benchmark-compare that is not stored (or, under pytest-xdist, that cannot be compared:
+    ``pytest_collection_finish`` otherwise), a storage folder a save cannot write in."""
     config = session.config
     gs = config.stash.get(SESSION_KEY, None)
     if gs is not None:
         gs.load_matrix_file()
     baseline_store.session_start(config, distribution.worker(config), lambda line: say(config, line))
+    if gs is not None and distribution.workers(config):
+        gs.check_compared(None)          # the controller collects nothing: every entry the workers may run
     if gs is not None and not distribution.worker(config):
         for line in strays.sweep(gs.out_dir):            # servers a killed run left behind
             say(config, line)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """After collection, before any boot: the stored runs --benchmark-compare chose, against what is
+    known of the selected entries (device, model content, configuration, workload): a run named that
+    none of them can be compared with is one line, exit code 4; each entry says what it is compared
+    with.  (Under pytest-xdist the controller did this at session start.)"""
+    gs = session.config.stash.get(SESSION_KEY, None)
+    if gs is not None and not distribution.worker(session.config) and not distribution.workers(session.config) \
+            and not session.config.option.collectonly:
+        gs.check_compared(session.items)
 
 
 

@@ -84,11 +84,13 @@ def test_schema_problems_are_named(pytester, mutate, problem):
 def test_other_device_is_refused_unless_allowed(pytester):
     other = here_fingerprint(device={"cpu": "Some Other CPU @ 5 GHz"})
     baseline_files.write(pytester.path, "base", {NAME: [100] * 5}, fingerprint=other)
-    # the run named on the command line is refused, naming what differs
+    # the run named on the command line is refused before any test runs (or engine boots), naming what
+    # differs (tests/plugin/test_compare_before_boot.py: with matrix entries)
     r = run(pytester, [[100] * 5], "--benchmark-compare=0001")
-    r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*refusing to compare with *0001_base.json (pass --llmgate-allow-mismatch*",
-                            "*decode_tok_s: now 100.0 tok/s; not compared: device differs: baseline *Some Other CPU*"])
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["ERROR: llmgate: --benchmark-compare=0001: *0001_base.json is of another device: "
+                            "baseline *Some Other CPU* Nothing was booted (compare anyway with --llmgate-allow-mismatch)"])
+    assert not (pytester.path / "runs.txt").exists()
     # a bare --benchmark-compare looks for a comparable baseline, finds none, and says why
     r = run(pytester, [[100] * 5], "--benchmark-compare")
     r.assert_outcomes(passed=1)

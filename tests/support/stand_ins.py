@@ -72,3 +72,13 @@ def plant(out: Path, proc_pid: int, create_time: float, pytest_pid: int, pytest_
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec))
     return path
+
+
+def recording_launcher(folder: Path, record: Path) -> Path:
+    """An engine ``launcher`` that serves nothing: each start appends its arguments to ``record``
+    and exits 1 (a boot that was attempted fails at once).  ``record`` absent: nothing was started."""
+    folder.mkdir(parents=True, exist_ok=True)
+    launcher = folder / "engine-stand-in"
+    launcher.write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(record))}\nexit 1\n')
+    launcher.chmod(0o755)
+    return launcher

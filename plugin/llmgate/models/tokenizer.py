@@ -10,12 +10,32 @@ loading anything; the matrix asks it of every entry whose model is a path.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 SLOW_FILES = (("tokenizer.model",), ("vocab.json", "merges.txt"), ("spiece.model",))
+
+
+# what a tokenizer is read from (besides SLOW_FILES): its content, whatever else the folder holds
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json")
+
+
+def content_hash(folder: Path | str) -> str | None:
+    """sha256 over the names and bytes of the tokenizer's files in ``folder`` (not the weights a
+    model folder beside them may hold); None when it has none of them."""
+    folder = Path(folder)
+    names = sorted({*TOKENIZER_FILES, *(f for group in SLOW_FILES for f in group)})
+    found = [folder / n for n in names if (folder / n).is_file()]
+    if not found:
+        return None
+    h = hashlib.sha256()
+    for f in found:
+        data = f.read_bytes()
+        h.update(f"{f.name}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()
 
 
 def _slow_files(folder: Path) -> tuple[str, ...] | None:

@@ -349,18 +349,7 @@ class Recorder:
         return out
 
     def _fingerprint(self) -> dict[str, Any]:
-        cfg = self.entry
-        server = self._session.servers.get(cfg.id) if cfg else None
-        handle = server.handle if server is not None else None
-        model_hash: str | None
-        engine: dict[str, Any] | None
-        if handle is not None:
-            model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
-        else:
-            model_hash = self._session.pool.model_hash(cfg) if cfg else None
-            engine = {"engine": cfg.engine} if cfg else None
-        return fingerprints.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
-                                          self._session.matrix.scenarios.workload(cfg.device if cfg else None))
+        return self._session.entry_fingerprint(self.entry)
 
     def min_effect(self, metric: metrics.Metric, key: str) -> float:
         """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this

@@ -4,6 +4,7 @@ the tests measured (verdicts, boots, notes, raw samples) until the report is wri
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llmgate.store import baseline as baseline_store
+from llmgate.store import baseline as baseline_store, fingerprint as fingerprints
 from llmgate.device import hardware
 from llmgate.core import metrics
 from llmgate.report import reports
@@ -148,6 +149,49 @@ class GateSession:
                 self._matrix_error = str(e)
                 raise
         return self._matrix
+
+    def entry_fingerprint(self, cfg: ServerConfig | None) -> dict[str, Any]:
+        """The fingerprint a result of ``cfg`` (None: a test outside the matrix) is stored with:
+        device, model content, configuration, workload, and the engine build once its server runs
+        (before: the engine's name alone, which no comparison reads)."""
+        server = self.servers.get(cfg.id) if cfg else None
+        handle = server.handle if server is not None else None
+        model_hash: str | None
+        engine: dict[str, Any] | None
+        if handle is not None:
+            model_hash, engine = handle.model_hash, dataclasses.asdict(handle.engine_info)
+        else:
+            model_hash = self.pool.model_hash(cfg) if cfg else None
+            engine = {"engine": cfg.engine} if cfg else None
+        return fingerprints.fingerprint(cfg.describe() if cfg else None, model_hash, hardware.describe(), engine,
+                                        self.matrix.scenarios.workload(cfg.device if cfg else None),
+                                        self.config.rootpath)
+
+    def check_compared(self, items: list[pytest.Item] | None) -> None:
+        """(after collection, before any boot; under pytest-xdist, the controller at session start,
+        with every entry this machine can run) The runs --benchmark-compare chose, against what is
+        known of the selected entries before their boot (``baseline.check_before_boot``): one line per
+        entry, on the terminal and in the notes, saying which stored run it is compared with; a run
+        named that none of them can be compared with stops the session (exit code 4)."""
+        if not baseline_store.compared_spec(self.config):
+            return
+        try:
+            entries = list(self.matrix.entries)
+        except MatrixError:
+            return
+        if items is not None:
+            selected = {cfg.id for item in items if (cs := getattr(item, "callspec", None)) is not None
+                        and (cfg := cs.params.get("llmgate_config")) is not None
+                        and item.get_closest_marker("skip") is None}
+            entries = [e for e in entries if e.id in selected]
+        elif hardware.why_no_gpu():
+            entries = [e for e in entries if e.device != "gpu"]
+        lines = baseline_store.check_before_boot(
+            self.config, {e.id: functools.partial(self.entry_fingerprint, e) for e in entries}, hardware.describe(),
+            self.settings.allow_mismatch)
+        for line in lines:
+            self.say(f"llmgate: {line}")
+            self.note_once(line)
 
     def config_detail(self, cid: str) -> dict[str, Any] | None:
         try:

@@ -1,6 +1,7 @@
 """Baselines through pytest-benchmark's storage (``baselines/`` by default): the session's side
-(taking --benchmark-compare over, loading the compared runs, making saving atomic), storing a
-metric's result, and choosing the stored entry it is compared with, or saying why there is none.
+(taking --benchmark-compare over, loading the compared runs and checking them before any boot,
+making saving atomic), storing a metric's result, and choosing the stored entry it is compared
+with, or saying why there is none.
 
 Beside it in store/: ``benchmark_files`` (what llmgate relies on in pytest-benchmark's
 internals, and the stored files), ``keys`` (the stored keys and their migration), and
@@ -14,7 +15,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -23,8 +24,8 @@ from llmgate.core.metrics import Metric
 from llmgate.store.benchmark_files import (EXTRA_KEY, PYTEST_BENCHMARK_DEFAULT_STORAGE, SCHEMA_VERSION, BaselineError,
                                            benchmark_session, check_storage_writable, enable_on_xdist_worker,
                                            is_llmgate, make_save_atomic, stored_files, validate_storage)
-from llmgate.store.fingerprint import fingerprint_differences, fingerprint_mismatch, stored_fingerprint
-from llmgate.store.keys import OLD_KEY, migrate_bench, stored_key
+from llmgate.store.fingerprint import device_of, fingerprint_differences, fingerprint_mismatch, stored_fingerprint
+from llmgate.store.keys import OLD_KEY, entry_of, migrate_bench, stored_key
 
 
 def configure(config: pytest.Config, folder: Path) -> None:
@@ -277,6 +278,77 @@ def baseline(config: pytest.Config, nodeid: str, key: str, fingerprint: dict[str
     if _STORED in config.stash:
         bs.compared_mapping.setdefault(path, {})[fullname] = bench
     return str(path), bench
+
+
+# -- the compared runs against what is known before any boot -----------------------------------
+# The device, each entry's model content, configuration and workload are known before its server
+# boots (the engine build is not, and is what is gated): a run named by --benchmark-compare that
+# nothing selected can be compared with is refused before an engine boots, and each entry's line
+# says which stored run it is compared with and why a newer one was passed over.
+_PARTS = {"device": "is of another device", "model": "is of another model",
+          "configuration": "has another configuration", "workload": "has another workload"}
+
+
+def _why_not(differences: dict[str, str]) -> str:
+    """The first of ``fingerprint_differences``, as said of a stored run: "is of another device: …"."""
+    part, line = next(iter(differences.items()))
+    return f"{_PARTS.get(part, part)}: {line.removeprefix(f'{part} differs: ')}"
+
+
+def check_before_boot(config: pytest.Config, entries: dict[str, Callable[[], dict[str, Any]]],
+                      device: dict[str, Any], allow_mismatch: bool) -> list[str]:
+    """(after collection, before any boot) The compared runs against what is known before the
+    boot: ``entries`` maps each selected matrix entry to its fingerprint without the engine build
+    (made when asked: the model's content hash), ``device`` is ``hardware.describe()``.  Returns one
+    line per entry: the stored run it is compared with, the newer ones passed over and why.  With a
+    run named by --benchmark-compare (unless ``allow_mismatch``), a run of another device, or one
+    no selected entry can be compared with, is a usage error (one line, exit code 4)."""
+    spec = compared_spec(config)
+    stored = config.stash.get(_STORED, None)
+    if not spec or not stored or not any(m for _, m in stored):
+        return []
+    named = spec is not True
+    benches = [(str(path), b) for path, m in stored for b in m.values()]
+    if named and not allow_mismatch and not any(
+            stored_fingerprint(b).get("device") == device_of(device, stored_fingerprint(b).get("config"))
+            for _, b in benches):
+        newest = stored_fingerprint(benches[-1][1])
+        why = fingerprint_differences(newest, {**newest, "device": device_of(device, newest.get("config"))})
+        files = sorted({p for p, _ in benches})
+        said = _why_not(why) if len(files) == 1 else _why_not(why).replace("is ", "are ", 1)
+        raise pytest.UsageError(f"llmgate: --benchmark-compare={spec}: {', '.join(files)} {said}. "
+                                f"Nothing was booted (compare anyway with --llmgate-allow-mismatch)")
+    lines, refusals = [], []
+    for cid, now in entries.items():
+        held = [(str(path), [b for b in m.values() if entry_of(b) == cid]) for path, m in stored]
+        held = [(path, bs) for path, bs in held if bs]
+        if not held:
+            runs = f"the runs matching --benchmark-compare={spec}" if named else "the stored runs"
+            why = f"{runs} hold no result of it"
+            lines.append(f"{cid}: nothing to compare with: {why}")
+            refusals.append(f"{cid}: {why}")
+            continue
+        fp = now()
+        passed, chosen = [], None
+        for path, bs in reversed(held):
+            differences = [fingerprint_differences(stored_fingerprint(b), fp) for b in bs]
+            if any(not d for d in differences):
+                chosen = path
+                break
+            passed.append(f"{path} {_why_not(differences[-1])}")
+        if chosen is None and allow_mismatch:
+            lines.append(f"{cid}: compared anyway (--llmgate-allow-mismatch) with {passed[0]}")
+        elif chosen is None:
+            lines.append(f"{cid}: nothing to compare with: " + "; ".join(passed))
+            refusals.append(f"{cid}: " + "; ".join(passed))
+        else:
+            lines.append(f"{cid}: compared with {chosen}" + (f"; passed over the newer {'; '.join(passed)}"
+                                                              if passed else ""))
+    if named and not allow_mismatch and entries and len(refusals) == len(entries):
+        raise pytest.UsageError(f"llmgate: --benchmark-compare={spec}: no selected entry can be compared with it: "
+                                + "; ".join(refusals)
+                                + ". Nothing was booted (compare anyway with --llmgate-allow-mismatch)")
+    return lines
 
 
 @dataclasses.dataclass(frozen=True)

@@ -230,8 +230,7 @@ def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
                 model_hash = gs.pool.model_hash(gs.matrix.by_id(v.config_id))
             except Exception:
                 model_hash = None
-        fconf = fp.get("config") if fp else {k: val for k, val in (config or {}).items()
-                                             if k not in fingerprints.NOT_FINGERPRINTED}
+        fconf = fp.get("config") if fp else fingerprints.portable_config(config, gs.config.rootpath)
         prov = {"engine": engine, "device": fp.get("device") or _device_part(hardware.describe()),
                 "model_hash": model_hash, "config_fingerprint": config_fingerprint(fconf), "config": config}
         boots_of_run = _boots_of(gs, v, info)

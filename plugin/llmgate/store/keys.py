@@ -3,7 +3,8 @@
 ``test_``, so the key does not depend on where the scenario's file lies (in the installed
 package, in a team's own ``tests/``).  Files stored with the keys of llmgate 0.1
 (``tests/perf/test_decode.py::test_decode_c1[h200]::…``) are read as the new keys, and
-``python -m llmgate.store.baseline migrate DIR`` (``main`` here) rewrites them.
+``python -m llmgate.store.baseline migrate DIR`` (``main`` here) rewrites them, and gives
+fingerprints stored with absolute paths their portable form (``fingerprint.migrate_fingerprint``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from llmgate.store.benchmark_files import EXTRA_KEY, BaselineError, is_llmgate, new_temp, stored_files, validate_file
+from llmgate.store.fingerprint import migrate_fingerprint
 
 
 # -- keys: scenario + matrix entry + metric (+ variant) ----------------------------------------
@@ -75,7 +77,8 @@ def current_key(fullname: str, entry: str | None = None) -> str:
     return f"{scenario}[{params}]::{key}"
 
 
-def _entry_of(bench: dict[str, Any]) -> str | None:
+def entry_of(bench: dict[str, Any]) -> str | None:
+    """The matrix entry a stored llmgate entry measured (its configuration's id); None outside the matrix."""
     info = (bench.get("extra_info") or {}).get(EXTRA_KEY) or {}
     cfg = info.get("config") or (info.get("fingerprint") or {}).get("config") or {}
     return cfg.get("id") if isinstance(cfg, dict) else None
@@ -85,7 +88,7 @@ def migrate_bench(bench: dict[str, Any]) -> bool:
     """Give one stored llmgate entry today's key (its ``fullname`` and ``name``); True if it changed."""
     if not is_llmgate(bench):
         return False
-    new = current_key(bench["fullname"], _entry_of(bench))
+    new = current_key(bench["fullname"], entry_of(bench))
     if new == bench["fullname"]:
         return False
     bench["fullname"] = bench["name"] = new
@@ -93,13 +96,14 @@ def migrate_bench(bench: dict[str, Any]) -> bool:
 
 
 def migrate_file(path: Path) -> int:
-    """Rewrite a stored file's llmgate entries with today's keys (whole or not at all); returns
-    how many changed (0: the file is left as it is).  Values, stats and provenance are kept."""
+    """Rewrite a stored file's llmgate entries with today's keys and portable fingerprints (whole or
+    not at all); returns how many changed (0: the file is left as it is).  Values, stats and
+    provenance are kept."""
     from pytest_benchmark.utils import safe_dumps
 
     validate_file(path)
     data = json.loads(Path(path).read_text(encoding="utf8"))
-    changed = sum(migrate_bench(b) for b in data["benchmarks"])
+    changed = sum(migrate_bench(b) | (is_llmgate(b) and migrate_fingerprint(b)) for b in data["benchmarks"])
     if changed:
         names = [b["fullname"] for b in data["benchmarks"]]
         dup = sorted({n for n in names if names.count(n) > 1})
@@ -114,12 +118,14 @@ def migrate_file(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llmgate.store.baseline migrate DIR…``: give stored baselines today's keys."""
+    """``python -m llmgate.store.baseline migrate DIR…``: give stored baselines today's keys and
+    portable fingerprints."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m llmgate.store.baseline")
     sub = ap.add_subparsers(dest="command", required=True)
-    mig = sub.add_parser("migrate", help="rewrite stored files' llmgate entries with keys independent of file paths")
+    mig = sub.add_parser("migrate", help="rewrite stored files' llmgate entries with keys and fingerprints "
+                                             "independent of file paths")
     mig.add_argument("folders", nargs="+", type=Path, help="baseline storage folders (e.g. baselines/)")
     args = ap.parse_args(argv)
     total = 0
