@@ -219,3 +219,19 @@ def test_inconclusive_says_the_boots_that_would_decide_it():
     p = judge_paired(TOKS, "decode_tok_s", "c", [b * f for b, f in zip(base, (1.06, 0.93, 1.05, 0.96, 1.0))], base, 0.05)
     assert p.status == INCONCLUSIVE and p.boots_needed and f"{p.boots_needed} pairs would decide it" in p.line()
 
+
+def test_engine_builds_of_both_sides_are_in_the_line_and_old_reports_still_load():
+    import dataclasses
+    import json
+
+    from llmgate.analysis.verdict import Verdict
+
+    v = dataclasses.replace(judge(TOKS, "decode_tok_s", "cfg", [80, 81, 79, 80, 82], [100, 101, 99, 100, 102]),
+                            engine="vllm 0.32.0", baseline_engine="vllm 0.31.0")
+    assert "engine vllm 0.31.0 → vllm 0.32.0" in v.line()
+    old = json.loads(json.dumps(v.to_dict()))
+    for k in ("engine", "baseline_engine"):
+        del old[k]                                     # a report.json written before these fields
+    old["status"] = "unchanged"
+    back = Verdict.from_dict(old)
+    assert back.status == UNCHANGED and back.engine == "" and "engine " not in back.line().split("]")[-1]

@@ -108,6 +108,10 @@ class Verdict:
     mde_kind: MdeBasis | None = None
     # with NO_BASELINE while comparing: why there is none (None: not comparing, or not said)
     no_baseline: NoBaseline | None = None
+    # the engine builds of the two sides (``engines.base.engine_label``: "vllm 0.32.0 (commit …,
+    # launcher …)"): this run's, and the baseline's (its stored fingerprint, or side A's boots); "" not known
+    engine: str = ""
+    baseline_engine: str = ""
 
     @property
     def failed(self) -> bool:
@@ -122,6 +126,12 @@ class Verdict:
         """The confidence interval's bound in the metric's worse direction, as a relative change
         that is positive when worse (None without an interval)."""
         return _worse_bound(self.metric, self.ci)
+
+    def engines_text(self) -> str:
+        """"vllm 0.31.0 → vllm 0.32.0": the baseline's engine build and this run's ("" when neither is known)."""
+        if not (self.engine or self.baseline_engine):
+            return ""
+        return f"{self.baseline_engine or '?'} → {self.engine or '?'}"
 
     def inconclusive_text(self) -> str:
         """Why an inconclusive verdict is one, and what would decide it."""
@@ -156,11 +166,12 @@ class Verdict:
             sig += f"; compared {self.comparison}"
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
         status = f"{self.status} ({self.inconclusive_text()})" if self.status == INCONCLUSIVE else str(self.status)
+        engines = self.engines_text()
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
                 f"({sizes[0]}) → now {m.display(self.now.median)} ({sizes[1]}), change {self.change:+.1%}{ci} "
                 f"({self.mde_text()}): {status} [min effect {self.min_effect:.0%}"
                 + (f" and {m.display(m.min_abs_effect)}" if m.min_abs_effect else "")
-                + f"; {sig}]"
+                + f"; {sig}]" + (f"; engine {engines}" if engines else "")
                 + (f"; regime {self.regime}" if self.regime else "")
                 + (f"; {self.note}" if self.note else ""))
 
@@ -185,6 +196,7 @@ class Verdict:
             "baseline_in_run": self.baseline_in_run, "comparison": self.comparison,
             "machine_offset": self.machine_offset,
             "mde_kind": self.mde_kind, "no_baseline": self.no_baseline,
+            "engine": self.engine, "baseline_engine": self.baseline_engine,
         }
 
     @classmethod
@@ -213,7 +225,8 @@ class Verdict:
                    bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")), d.get("comparison") or "",
                    d.get("machine_offset") or "",
                    mde_kind=MdeBasis(d["mde_kind"]) if d.get("mde_kind") else None,
-                   no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None)
+                   no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None,
+                   engine=d.get("engine") or "", baseline_engine=d.get("baseline_engine") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""

@@ -22,6 +22,7 @@ from llmgate.process.server import ServerDied
 from llmgate.runner.boots import MeasurementBoot
 from llmgate.analysis.stats import Noise, median
 from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
+from llmgate.engines.base import engine_label
 
 if TYPE_CHECKING:
     from llmgate.runner.session import GateSession
@@ -108,6 +109,7 @@ class Recorder:
         notes, refused = [], []
         offset = None
         missing = None
+        engines = {"engine": engine_label(fp.get("engine"), cfg.launcher if cfg else None)}
         if base is None:
             missing = baseline_store.why_no_baseline(self.item.config, keys.stored_key(self.item), key, fp)
             if missing:
@@ -117,9 +119,9 @@ class Recorder:
             base_info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
             base_fp = base_info.get("fingerprint") or {}
             refused = fingerprints.fingerprint_mismatch(base_fp, fp)
-            change = fingerprints.engine_change(base_fp, fp)
-            if change:
-                notes.append(change)
+            # both builds are named by the verdict itself (its line, the reports' header)
+            engines["baseline_engine"] = engine_label(base_fp.get("engine") or base_info.get("engine"),
+                                                      (base_info.get("config") or {}).get("launcher"))
             if base_info.get("schema", benchmark_files.SCHEMA_VERSION) < 3:
                 notes.append("baseline of schema 2: its values read as one boot without a noise model "
                              "(re-record it with --benchmark-save and --llmgate-boots)")
@@ -141,6 +143,7 @@ class Recorder:
                               now_sampling=[samp[i][0] for i in order],
                               now_requests=_requests(samp, order),
                               offset=offset, comparison="stored" if base is not None and not refused else "")
+        verdict = dataclasses.replace(verdict, **engines)
         if missing:
             verdict = dataclasses.replace(verdict, no_baseline=missing.reason)
         noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
@@ -190,7 +193,8 @@ class Recorder:
                               base_sampling=[samp[k][0] for k in a_ks],
                               base_requests=_requests(samp, a_ks),
                               comparison="same session")
-        verdict = dataclasses.replace(verdict, baseline_in_run=True)
+        verdict = dataclasses.replace(verdict, baseline_in_run=True, engine=self._side_engine(cfg, b_name),
+                                      baseline_engine=self._side_engine(cfg, a_name))
         notes = [f"same session: {len(a_boots)} boot(s) of {a_name} vs {len(b_boots)} of {b_name}, order {order.strip()}"]
         fp = self._fingerprint()
         extra = {**self.provenance(), **info, "fingerprint": fp,
@@ -211,6 +215,13 @@ class Recorder:
             Noise.of(a_boots, [samp[k][0] for k in a_ks], _requests(samp, a_ks)))     # both sides' boots: one machine
         self._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
         return self._finish_verdict(verdict, key, test, notes, parts, raw, None, [])
+
+    def _side_engine(self, cfg: ServerConfig, side: str) -> str:
+        """The engine build side ``side`` of an A/B comparison booted (its last boot record that says)."""
+        for b in reversed(self._session.boots.get(cfg.id) or []):
+            if b.get("side") == side and b.get("version"):
+                return engine_label(b, b.get("launcher"))
+        return ""
 
     def account(self, *results: LoadResult) -> None:
         """Account for every request of a measurement.  A failed one (HTTP error, malformed
