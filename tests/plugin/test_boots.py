@@ -97,3 +97,30 @@ def test_a_single_boot_compared_with_a_single_boot_assumes_the_devices_noise_and
     r = run(pytester, {"first": boots(20)[:1], "second": boots(50)[:1]}, "--benchmark-compare")
     r.assert_outcomes(passed=3, failed=1)
     r.stdout.fnmatch_lines(["*first decode_tok_s*change -80.0%*regressed*assumed: llmgate's prior*"])
+
+
+ACCOUNTED = PER_BOOT_TEST.replace("""    gate.record(metrics.DECODE_TOK_S, values[llmgate_config.id][llmgate_boot - 1])
+""", """    gate.record(metrics.DECODE_TOK_S, values[llmgate_config.id][llmgate_boot - 1])
+    from llmgate.load.samples import LoadResult, Sample
+    gate.measure.account(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
+""")
+
+
+def test_the_failed_requests_row_is_one_per_test_and_says_what_its_test_was_compared_with(pytester):
+    """A test measured on K boots has one "requests that failed" row, beside the figures judged
+    after its last boot, counting every boot's requests; it reads "unchanged" only where those
+    figures had a baseline, "no baseline" (with the figures' reason) where they had none."""
+    def rows(*args):
+        r = boot_runs.run(pytester, ENTRIES, ACCOUNTED, {"first": boots(100), "second": boots(50)},
+                          "--llmgate-boots", "3", *args)
+        r.assert_outcomes(passed=8)
+        rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+        return [v for v in rep["verdicts"] if v["metric"] == "failed_requests"]
+
+    for args, status in ((("--benchmark-compare",), "no baseline"), (("--benchmark-save=base",), "no baseline"),
+                         (("--benchmark-compare",), "unchanged")):
+        got = rows(*args)
+        assert sorted(v["config"] for v in got) == ["first", "second"], got
+        assert all(v["status"] == status and v["note"] == "0 of 6 requests failed" for v in got), got
+        if args == ("--benchmark-compare",) and status == "no baseline":
+            assert all(v["no_baseline"] == "no baseline stored" for v in got), got

@@ -251,14 +251,23 @@ class Recorder:
     def _requests_verdict(self) -> Verdict:
         total, failed = self._request_counts
         cfg = self.entry
+        test = getattr(self.item, "originalname", self.item.name)
+        # the requests of the entry's earlier measurement boots of this test (their rows were held back)
+        carried = self._session.request_counts.pop((cfg.id, test), (0, 0)) if cfg else (0, 0)
+        total, failed = total + carried[0], failed + carried[1]
         v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
                   [failed / total], None)
-        # no failure: "unchanged" where the test's figures were compared with a baseline, "no
-        # baseline" where none of them was (a save run), as every other row of the test says
-        others = [o.status for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
-        unfailed = NO_BASELINE if others and all(s == NO_BASELINE for s in others) else UNCHANGED
-        v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
-                                status=REGRESSED if failed else unfailed, note=f"{failed} of {total} requests failed")
+        # no failure: "unchanged" where a figure of the test was compared with a baseline, "no
+        # baseline" (with their reason) where none was — a save run, a compare without a baseline,
+        # a test that recorded no figure — as the test's other rows say; never "unchanged" alone
+        others = [o for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
+        compared = [o for o in others if o.baseline is not None and o.status != REFUSED]
+        why = next((o.no_baseline for o in others if o.no_baseline is not None), None)
+        v = dataclasses.replace(v, test=test, status=REGRESSED if failed else UNCHANGED if compared else NO_BASELINE,
+                                no_baseline=None if failed or compared else why,
+                                engine=compared[0].engine if compared else "",
+                                baseline_engine=compared[0].baseline_engine if compared else "",
+                                note=f"{failed} of {total} requests failed")
         self.verdicts.append(v)
         self._session.verdicts.append(v)
         self._request_counts = [0, 0]
@@ -295,8 +304,19 @@ class Recorder:
 
     def count_requests(self) -> Verdict | None:
         """(after the test's call) The ``failed_requests`` row of the requests accounted for since the
-        last one — every one succeeded, or the test failed already; None when none were sent."""
-        return self._requests_verdict() if self._request_counts[0] else None
+        last one — every one succeeded, or the test failed already; None when none were sent.  On an
+        entry's measurement boot before its last (whose figures are judged after the last), the counts
+        are carried to the last boot's row: one row per test, beside the figures it judges."""
+        if not self._request_counts[0]:
+            return None
+        boot, cfg = self.boot, self.entry
+        if boot is not None and cfg is not None and int(boot) < boot.of:
+            key = (cfg.id, getattr(self.item, "originalname", self.item.name))
+            held = self._session.request_counts.get(key, (0, 0))
+            self._session.request_counts[key] = (held[0] + self._request_counts[0], held[1] + self._request_counts[1])
+            self._request_counts = [0, 0]
+            return None
+        return self._requests_verdict()
 
     @property
     def confirmable(self) -> bool:

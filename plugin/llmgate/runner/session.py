@@ -61,6 +61,8 @@ class GateSession:
         self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
         # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
         self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
+        # (entry, test) → (requests, failed) of its measurement boots before the last: their row is the last boot's
+        self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
