@@ -109,7 +109,7 @@ class Recorder:
         notes, refused = [], []
         offset = None
         missing = None
-        engines = {"engine": engine_label(fp.get("engine"), cfg.launcher if cfg else None)}
+        engine, base_engine = engine_label(fp.get("engine"), cfg.launcher if cfg else None), ""
         if base is None:
             missing = baseline_store.why_no_baseline(self.item.config, keys.stored_key(self.item), key, fp)
             if missing:
@@ -120,8 +120,8 @@ class Recorder:
             base_fp = base_info.get("fingerprint") or {}
             refused = fingerprints.fingerprint_mismatch(base_fp, fp)
             # both builds are named by the verdict itself (its line, the reports' header)
-            engines["baseline_engine"] = engine_label(base_fp.get("engine") or base_info.get("engine"),
-                                                      (base_info.get("config") or {}).get("launcher"))
+            base_engine = engine_label(base_fp.get("engine") or base_info.get("engine"),
+                                       (base_info.get("config") or {}).get("launcher"))
             if base_info.get("schema", benchmark_files.SCHEMA_VERSION) < 3:
                 notes.append("baseline of schema 2: its values read as one boot without a noise model "
                              "(re-record it with --benchmark-save and --llmgate-boots)")
@@ -143,7 +143,7 @@ class Recorder:
                               now_sampling=[samp[i][0] for i in order],
                               now_requests=_requests(samp, order),
                               offset=offset, comparison="stored" if base is not None and not refused else "")
-        verdict = dataclasses.replace(verdict, **engines)
+        verdict = dataclasses.replace(verdict, engine=engine, baseline_engine=base_engine)
         if missing:
             verdict = dataclasses.replace(verdict, no_baseline=missing.reason)
         noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
