@@ -138,7 +138,7 @@ class Verdict:
         m = self.metric
         bound = self.worse_bound()
         if bound is None:
-            why = "no confidence interval (one value a side) and no significance test could decide"
+            why = "one value a side: no confidence interval, and no significance test could decide"
         else:
             why = (f"its 95% CI reaches {_signed(m, bound):+.1%}, a regression beyond the min effect "
                    f"{self.min_effect:.0%} is not ruled out")
@@ -147,6 +147,8 @@ class Verdict:
             more = f"{self.boots_needed} {unit} would decide it"
         elif self.mde is not None and self.mde > self.min_effect and self.mde_kind in (MdeBasis.BOOTS, MdeBasis.PAIRS):
             more = f"more than {MAX_BOOTS_ADVISED} {unit} would be needed at this noise"
+        elif bound is None:
+            more = "more values a side would decide it"
         else:
             more = f"more {unit.split()[0]} would decide it"
         return f"{why}; {more}"

@@ -91,7 +91,7 @@ def inconclusive_line(verdicts: list[dict[str, Any]]) -> str | None:
         return f"{v['boots_needed']} {unit} would decide it"
 
     return (f"inconclusive: {len(vs)} of {len(verdicts)} verdict(s) neither showed a regression nor ruled one out "
-            f"(the confidence interval reaches past the min effect: too few boots for this noise) — {_names(vs, need)}")
+            f"(the confidence interval reaches past the min effect, or one value a side gives none) — {_names(vs, need)}")
 
 
 GOOD, WARN, BAD = "good", "warn", "bad"          # how a headline reads: green, yellow, red

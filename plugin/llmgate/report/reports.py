@@ -85,43 +85,68 @@ def verdict_table(verdicts: Iterable[Verdict]) -> str:
 
 TERMINAL_WIDTH = 120
 # what the terminal leaves out first when the table is too wide (summary.md and report.json keep all)
-DROPPED_FIRST = ("regime", "range", "n", "test")
+DROPPED_FIRST = ("regime", "range", "n")
 MDE_LEGEND = ("MDE: the smallest worsening the comparison finds (80% power); ≥ a lower bound (repeats within one "
               "boot a side), ~ the between-boot noise was assumed (one boot a side), ! above the metric's min effect")
 
 
-def terminal_table(verdicts: Iterable[Verdict], width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
-    """The verdict table at most ``width`` columns wide: columns of ``DROPPED_FIRST`` left out, then
-    the longest cells shortened (…), until it fits; with the names of the columns left out."""
-    rows = verdict_rows(verdicts)
-    cols = list(HEADERS)
+def fit(headers: list[str], rows: list[list[str]], plan: list[tuple[str, str, int]],
+        width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """A table at most ``width`` columns wide where ``plan`` can make it so: its steps, in order, while
+    it is wider: ("drop", column, 0) leaves a column out, ("cut", column, floor) shortens that column's
+    longest cells (…) down to ``floor`` characters.  Returns the table and the columns left out."""
+    cols = list(headers)
 
-    def render(cols: list[str], rows: list[list[str]]) -> str:
-        idx = [HEADERS.index(c) for c in cols]
+    def render() -> str:
+        idx = [headers.index(c) for c in cols]
         return tabulate([[r[i] for i in idx] for r in rows], headers=cols, tablefmt="github")
 
-    def wide(text: str) -> int:
-        return max((len(ln) for ln in text.splitlines()), default=0)
+    def fits() -> bool:
+        return max((len(ln) for ln in render().splitlines()), default=0) <= width
 
-    dropped = []
-    for c in DROPPED_FIRST:
-        if wide(render(cols, rows)) <= width:
-            break
-        cols.remove(c)
-        dropped.append(c)
-    text = render(cols, rows)
-    # still too wide: shorten the longest cells of the text columns, a character at a time
-    for c in ("metric", "verdict", "configuration", "test"):
-        if c not in cols:
+    dropped: list[str] = []
+    for step, col, floor in plan:
+        if col not in cols:
             continue
-        i = HEADERS.index(c)
-        while wide(text) > width:
-            longest = max(len(r[i]) for r in rows) if rows else 0
-            if longest <= 12:
+        if step == "drop" and not fits():
+            cols.remove(col)
+            dropped.append(col)
+        i = headers.index(col)
+        while step == "cut" and not fits():
+            longest = max((len(r[i]) for r in rows), default=0)
+            if longest <= floor:
                 break
-            rows = [r[:i] + [r[i][:longest - 2] + "…" if len(r[i]) >= longest else r[i]] + r[i + 1:] for r in rows]
-            text = render(cols, rows)
-    return text, dropped
+            rows = [r[:i] + [_cut(r[i], longest - 1) if len(r[i]) >= longest else r[i]] + r[i + 1:] for r in rows]
+    return render(), dropped
+
+
+def _one(rows: list[list[str]], col: int) -> str | None:
+    """The value every row has in column ``col``, if they share one."""
+    values = {r[col] for r in rows}
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def terminal_table(verdicts: Iterable[Verdict], width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """The verdict table at most ``width`` columns wide: ``DROPPED_FIRST`` left out, and the
+    configuration where all rows share one ("configuration (all cpu-vllm-tiny)"); then the metric
+    labels and the tests shortened (…) to 28 and 16 characters, then the test (or, with several
+    configurations, the configuration) left out, then the longest text cells shortened, until it
+    fits.  Returns the table and what was left out."""
+    rows = verdict_rows(verdicts)
+    one = _one(rows, 0)
+    plan = [("drop", c, 0) for c in DROPPED_FIRST] + ([("drop", "configuration", 0)] if one else []) + [
+        ("cut", "metric", 28), ("cut", "test", 16), ("drop", "test", 0), ("drop", "configuration", 0),
+        ("cut", "metric", 12), ("cut", "verdict", 12), ("cut", "configuration", 12)]
+    text, dropped = fit(HEADERS, rows, plan, width)
+    return text, [f"configuration (all {one})" if c == "configuration" and one else c for c in dropped]
+
+
+def _cut(cell: str, n: int) -> str:
+    """``cell`` in ``n`` characters, "…" where it was cut; a metric's variant (" @c8") is kept whole."""
+    label, sep, variant = cell.rpartition(" @") if " @" in cell else cell.rpartition("@")
+    if sep and len(variant) + len(sep) + 4 <= n:
+        return label[:n - len(variant) - len(sep) - 1] + "…" + sep + variant
+    return cell[:n - 1] + "…"
 
 
 def noise_rows(verdicts: Iterable[Verdict], target: float = 0.05, alpha: float = 0.05) -> list[list[str]]:
@@ -152,9 +177,18 @@ NOISE_HEADERS = ["configuration", "metric", "sampling CV", "boot CV", "requests/
                  "boots a side for 5%"]
 
 
-def noise_table(verdicts: Iterable[Verdict]) -> str:
+def noise_table(verdicts: Iterable[Verdict], width: int | None = None) -> str:
+    """The noise report as a table; ``width``: at most that wide (the terminal's), the configuration
+    left out where all rows share one, then the comparison shortened."""
     rows = noise_rows(verdicts)
-    return tabulate(rows, headers=NOISE_HEADERS, tablefmt="github") if rows else ""
+    if not rows:
+        return ""
+    if width is None:
+        return tabulate(rows, headers=NOISE_HEADERS, tablefmt="github")
+    shared = {c: v for c in ("configuration", "comparison") if (v := _one(rows, NOISE_HEADERS.index(c)))}
+    text, dropped = fit(NOISE_HEADERS, rows, [("drop", c, 0) for c in shared]
+                        + [("cut", "comparison", 12), ("cut", "metric", 16), ("cut", "metric", 8)], width)
+    return text + "".join(f"\n{c} of every row: {shared[c]}" for c in dropped)
 
 
 def boot_table(boots: dict[str, list[dict]]) -> str:
@@ -474,7 +508,7 @@ def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, referen
         table, dropped = terminal_table(verdicts)
         tr.write_line(table)
         tr.write_line(MDE_LEGEND + (f"; not shown here: {', '.join(dropped)} (summary.md, report.json)" if dropped else ""))
-        noise = noise_table(verdicts)
+        noise = noise_table(verdicts, TERMINAL_WIDTH)
         if noise:
             tr.write_line("")
             tr.write_line("noise of the latency figures (sampling: the requests a boot drew; boot: what a boot adds):")
