@@ -83,6 +83,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="a greedy output that changed against the baseline fails the test (default) or only warns")
     g.addoption("--llmgate-hypothesis-examples", type=int, default=20, metavar="N",
                 help="examples per Hypothesis property of the quality tests (default 20)")
+    g.addoption("--llmgate-accept", action="append", default=[], metavar="WHAT",
+                help="a comparison (--benchmark-compare, A/B mode) fails the run (exit status 1; the tests pass) "
+                     "when a verdict had no comparable baseline or is inconclusive (its confidence interval neither "
+                     "shows a regression nor rules one out: too few boots); say which of these is expected: "
+                     "no-baseline, inconclusive (repeatable, or a comma list).  The summary still does not read "
+                     "as passed")
     g.addoption("--llmgate-no-confirm", action="store_true",
                 help="fail on the first regressed measurement instead of re-measuring once on a fresh server")
     g.addoption("--llmgate-benchmark-table", action="store_true",

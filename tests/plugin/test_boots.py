@@ -85,10 +85,19 @@ def test_compare_judges_boot_values_with_their_mde_and_catches_a_small_regressio
 def test_a_single_boot_compared_with_a_single_boot_assumes_the_devices_noise_and_says_so(pytester):
     run(pytester, {"first": boots(100)[:1], "second": boots(50)[:1]}, "--benchmark-save=base").assert_outcomes(passed=4)
     # +12%: far beyond the repeats' 0.2% spread, well inside what one CPU boot swings against the next
+    # it is no regression, and not "unchanged" either: one boot a side cannot rule a 5% one out, so the
+    # row is inconclusive and the run fails (exit 1) while its tests pass, unless that is accepted
     r = run(pytester, {"first": boots(112)[:1], "second": boots(50)[:1]}, "--benchmark-compare", "-rA")
     r.assert_outcomes(passed=4)
-    r.stdout.fnmatch_lines(["*first*| ~*% ! | unchanged*",
+    assert r.ret == 1
+    r.stdout.fnmatch_lines(["*first*| ~*% ! | inconclusive*",
                             "*compared one boot a side*llmgate's conservative prior*--llmgate-boots 2 or more*"])
+    r = run(pytester, {"first": boots(112)[:1], "second": boots(50)[:1]}, "--benchmark-compare",
+            "--llmgate-accept", "inconclusive")
+    r.assert_outcomes(passed=4)
+    assert r.ret == 0
+    md = (pytester.path / ".llmgate" / "summary.md").read_text()
+    assert md.startswith("## llmgate: ⚠️ inconclusive: ") and "✅" not in md
     rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
     v = next(v for v in rep["verdicts"] if v["config"] == "first" and v["key"] == "decode_tok_s")
     assert v["method"].startswith("t-test on boot values") and "assumed: llmgate's prior for a cpu entry" in v["method"]
@@ -97,3 +106,30 @@ def test_a_single_boot_compared_with_a_single_boot_assumes_the_devices_noise_and
     r = run(pytester, {"first": boots(20)[:1], "second": boots(50)[:1]}, "--benchmark-compare")
     r.assert_outcomes(passed=3, failed=1)
     r.stdout.fnmatch_lines(["*first decode_tok_s*change -80.0%*regressed*assumed: llmgate's prior*"])
+
+
+ACCOUNTED = PER_BOOT_TEST.replace("""    gate.record(metrics.DECODE_TOK_S, values[llmgate_config.id][llmgate_boot - 1])
+""", """    gate.record(metrics.DECODE_TOK_S, values[llmgate_config.id][llmgate_boot - 1])
+    from llmgate.load.samples import LoadResult, Sample
+    gate.measure.account(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
+""")
+
+
+def test_the_failed_requests_row_is_one_per_test_and_says_what_its_test_was_compared_with(pytester):
+    """A test measured on K boots has one "requests that failed" row, beside the figures judged
+    after its last boot, counting every boot's requests; it reads "unchanged" only where those
+    figures had a baseline, "no baseline" (with the figures' reason) where they had none."""
+    def rows(*args):
+        r = boot_runs.run(pytester, ENTRIES, ACCOUNTED, {"first": boots(100), "second": boots(50)},
+                          "--llmgate-boots", "3", *args)
+        r.assert_outcomes(passed=8)
+        rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+        return [v for v in rep["verdicts"] if v["metric"] == "failed_requests"]
+
+    for args, status in ((("--benchmark-compare",), "no baseline"), (("--benchmark-save=base",), "no baseline"),
+                         (("--benchmark-compare",), "unchanged")):
+        got = rows(*args)
+        assert sorted(v["config"] for v in got) == ["first", "second"], got
+        assert all(v["status"] == status and v["note"] == "0 of 6 requests failed" for v in got), got
+        if args == ("--benchmark-compare",) and status == "no baseline":
+            assert all(v["no_baseline"] == "no baseline stored" for v in got), got

@@ -151,5 +151,7 @@ def test_a_reference_whose_boots_shift_together_between_sessions_is_no_false_ala
     rep = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
     got = {v["key"]: v for v in rep["verdicts"] if v["config"] == "b-sglang" and "vs_reference" in v["key"]}
     ratio = got["engine_ttft_p95_vs_reference@c8"]
-    assert ratio["status"] == "unchanged", ratio
+    # no false alarm; and with vLLM's boot noise in the ratio, 3 boots a side cannot rule a 10% move
+    # out either: inconclusive, not "unchanged"
+    assert ratio["status"] == "inconclusive", ratio
     assert ratio["now"]["median"] > ratio["baseline"]["median"] * 1.05      # it did move; the noise explains it

@@ -287,7 +287,8 @@ def test_pytest_benchmark_table_hides_llmgate_metrics_unless_asked(pytester):
     out = r.stdout.str()
     assert "stored as 1/x" not in out and "measure::decode_tok_s" not in out
     assert "test_plain" in out and "Legend:" in out                     # the plain benchmark's table stays
-    r.stdout.fnmatch_lines(["*pytest-benchmark's table of llmgate's 2 metric(s) is not shown*--llmgate-benchmark-table*"])
+    r.stdout.fnmatch_lines(["*pytest-benchmark's table of llmgate's 2 stored metric(s) is not shown*"
+                            "--llmgate-benchmark-table*table of 2 verdict(s) below"])
 
     r = run_with(pytester, [100] * 5, [0.1] * 5, "--benchmark-compare", "--llmgate-benchmark-table")
     r.assert_outcomes(passed=2)

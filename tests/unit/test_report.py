@@ -89,3 +89,87 @@ def test_an_interrupt_after_the_last_test_says_nothing_was_left_to_run():
     rep["interrupted"] = {"signal": "SIGINT", "during": "t.py::test_1", "reason": None, "not_run": ["t.py::test_2"]}
     md = report.markdown(rep)
     assert "the rest was not run" in md and "`t.py::test_2`" in md
+
+
+def test_the_terminal_table_fits_120_columns_and_keeps_the_range_of_every_value():
+    import dataclasses
+
+    from llmgate.analysis.verdict import judge_boots
+
+    long_id = "a-rather-long-matrix-entry-id-of-a-team"
+    vs = [dataclasses.replace(v, config_id=long_id, test="test_poisson_load_at_a_rate") for v in verdicts()]
+    # one boot a side: the verdict's own summary is of one boot value; the range is its repeats'
+    vs.append(dataclasses.replace(judge_boots(metrics.ENGINE_QUEUE, "engine_queue@c1-p2048-rate0.5", long_id,
+                                              [[0.010, 0.012, 0.011]], [[0.010, 0.011, 0.012]]),
+                                  test="test_poisson_load_at_a_rate", regime="host-bound"))
+    full = report.verdict_table(vs)
+    assert max(len(ln) for ln in full.splitlines()) > 120
+    text, dropped = report.terminal_table(vs)
+    assert max(len(ln) for ln in text.splitlines()) <= 120, text
+    assert dropped[:2] == ["regime", "range"]
+    assert "| verdict" in text and "| MDE" in text and "| change" in text
+    row = next(r for r in report.verdict_rows(vs[-1:]))
+    assert row[report.HEADERS.index("range")] == "10.0 ms – 12.0 ms"
+    # summary.md keeps every column, with the range, and the MDE legend
+    md = report.markdown(build(vs))
+    assert "| range |" in md and "10.0 ms – 12.0 ms" in md and report.MDE_LEGEND in md
+
+
+def outcome_of(**fields):
+    from llmgate.report import outcome
+
+    rep = build(verdicts())
+    rep.update(exit_status=0, tests={"passed": 3}, compared=True, settings={})
+    rep.update(fields)
+    return outcome.outcome(rep)
+
+
+def test_the_headline_follows_the_runs_real_outcome():
+    import dataclasses
+
+    from llmgate.analysis.verdict import Verdict
+
+    decided = [dataclasses.replace(Verdict.from_dict(v), status="unchanged").to_dict() for v in build(verdicts())["verdicts"]]
+    missing = [dict(v, status="no baseline", no_baseline="no baseline for this test") for v in decided[:2]] + decided[2:]
+    undecided = [dict(v, status="inconclusive") for v in decided[:3]] + decided[3:]
+    regressed = [dict(decided[0], status="regressed")] + decided[1:]
+    assert outcome_of(verdicts=decided).headline == "✅ no regression"
+    # tests that failed beyond a regression (a dead engine) come first, whatever else
+    o = outcome_of(verdicts=regressed + missing, exit_status=1, tests={"passed": 1, "failed": 1, "errors": 4})
+    assert o.headline == "❌ failed: 1 failed, 4 error(s) (1 with a regressed verdict)" and o.severity == "bad"
+    assert outcome_of(verdicts=[], exit_status=1, tests={"failed": 1, "errors": 4}).headline.startswith("❌ failed")
+    # then interrupted, baseline not saved, not compared, regressed, not gated, inconclusive
+    assert outcome_of(verdicts=missing, interrupted={"signal": "SIGINT"}).headline == "⚠️ interrupted"
+    assert outcome_of(verdicts=missing, baseline_not_saved=["x"], exit_status=1).headline == "❌ baseline not saved"
+    assert outcome_of(verdicts=decided, compared=False).headline.startswith("ℹ️ measured, not compared")
+    assert outcome_of(verdicts=regressed + missing, exit_status=1,
+                      tests={"failed": 1}).headline == "❌ regressions (1)"
+    o = outcome_of(verdicts=missing + undecided)
+    assert o.headline.startswith("❌ not gated: 2 of ") and o.fails and o.severity == "bad"
+    assert any(ln.startswith("not gated: 2 of ") and "no baseline for this test (2)" in ln for ln in o.lines)
+    assert any(ln.startswith("inconclusive: 3 of ") for ln in o.lines)
+    o = outcome_of(verdicts=undecided)
+    assert o.headline.startswith("❌ inconclusive: 3 of ") and o.fate.startswith("the run fails (exit status 1)")
+    # accepted: no longer failing, never green
+    o = outcome_of(verdicts=undecided, settings={"accept": ["inconclusive"]})
+    assert o.headline.startswith("⚠️ inconclusive") and not o.fails and o.severity == "warn"
+    o = outcome_of(verdicts=missing, settings={"accept": ["inconclusive"]})
+    assert o.headline.startswith("❌ not gated") and o.fails                # only what was accepted
+    assert outcome_of(verdicts=[]).headline == "⚠️ nothing measured"
+
+
+def test_accept_takes_a_comma_list_and_refuses_what_it_does_not_know():
+    from llmgate.report import outcome
+
+    assert outcome.parse_accept(["no-baseline,inconclusive", "inconclusive"]) == ("no-baseline", "inconclusive")
+    with pytest.raises(ValueError, match="'unchanged' is not one of no-baseline, inconclusive"):
+        outcome.parse_accept(["unchanged"])
+
+
+def test_engine_label_names_build_commit_and_launcher():
+    from llmgate.engines.base import engine_label
+
+    assert engine_label({"engine": "vllm", "version": "0.32.0", "commit": None}) == "vllm 0.32.0"
+    assert engine_label({"engine": "vllm", "version": "0.32.0", "commit": "1a2b3c4d5e6f7"}, "/opt/b/python") == \
+        "vllm 0.32.0 (commit 1a2b3c4d5e, launcher /opt/b/python)"
+    assert engine_label(None) == "" and engine_label({"engine": None, "version": None}) == ""

@@ -1,8 +1,13 @@
 """Direction-aware verdicts: did a metric move in its worse direction, by more than
 its minimum effect, and is the move real rather than noise?
 
-Why one module over ~450 lines: the verdict type and the three ways to reach one (per repeat,
-paired, per boot) share one decision rule (``_status``), the MDE and the wording of every line a
+Three outcomes, not two: a verdict is *regressed* when the change is worse than its minimum
+effect and significant, *improved* the other way, *unchanged* only when its confidence interval
+rules a regression out (an equivalence check), and *inconclusive* when it does neither: the data
+cannot tell, and the verdict says what would (``boots_needed``).
+
+Why one module over ~550 lines: the verdict type and the three ways to reach one (per repeat,
+paired, per boot) share one decision rule (``decide``), the MDE and the wording of every line a
 verdict prints; apart, that one rule would be read in three places.
 """
 
@@ -22,7 +27,8 @@ class Status(StrEnum):
 
     REGRESSED = "regressed"
     IMPROVED = "improved"
-    UNCHANGED = "unchanged"
+    UNCHANGED = "unchanged"        # the confidence interval rules a regression out
+    INCONCLUSIVE = "inconclusive"  # compared, but neither a regression nor its absence is shown
     NO_BASELINE = "no baseline"
     REFUSED = "refused: not comparable"
 
@@ -49,6 +55,7 @@ class MdeBasis(StrEnum):
 
 
 REGRESSED, IMPROVED, UNCHANGED = Status.REGRESSED, Status.IMPROVED, Status.UNCHANGED
+INCONCLUSIVE = Status.INCONCLUSIVE
 NO_BASELINE, REFUSED = Status.NO_BASELINE, Status.REFUSED
 DEFAULT_ALPHA = 0.05
 
@@ -101,10 +108,50 @@ class Verdict:
     mde_kind: MdeBasis | None = None
     # with NO_BASELINE while comparing: why there is none (None: not comparing, or not said)
     no_baseline: NoBaseline | None = None
+    # the engine builds of the two sides (``engines.base.engine_label``: "vllm 0.32.0 (commit …,
+    # launcher …)"): this run's, and the baseline's (its stored fingerprint, or side A's boots); "" not known
+    engine: str = ""
+    baseline_engine: str = ""
 
     @property
     def failed(self) -> bool:
         return self.status == REGRESSED
+
+    @property
+    def gated(self) -> bool:
+        """Compared with a baseline and decided: regressed, improved or unchanged."""
+        return self.status in (REGRESSED, IMPROVED, UNCHANGED)
+
+    def worse_bound(self) -> float | None:
+        """The confidence interval's bound in the metric's worse direction, as a relative change
+        that is positive when worse (None without an interval)."""
+        return _worse_bound(self.metric, self.ci)
+
+    def engines_text(self) -> str:
+        """"vllm 0.31.0 → vllm 0.32.0": the baseline's engine build and this run's ("" when neither is known)."""
+        if not (self.engine or self.baseline_engine):
+            return ""
+        return f"{self.baseline_engine or '?'} → {self.engine or '?'}"
+
+    def inconclusive_text(self) -> str:
+        """Why an inconclusive verdict is one, and what would decide it."""
+        m = self.metric
+        bound = self.worse_bound()
+        if bound is None:
+            why = "one value a side: no confidence interval, and no significance test could decide"
+        else:
+            why = (f"its 95% CI reaches {_signed(m, bound):+.1%}, a regression beyond the min effect "
+                   f"{self.min_effect:.0%} is not ruled out")
+        unit = "pairs" if self.mde_kind == MdeBasis.PAIRS else "boots a side"
+        if self.boots_needed:
+            more = f"{self.boots_needed} {unit} would decide it"
+        elif self.mde is not None and self.mde > self.min_effect and self.mde_kind in (MdeBasis.BOOTS, MdeBasis.PAIRS):
+            more = f"more than {MAX_BOOTS_ADVISED} {unit} would be needed at this noise"
+        elif bound is None:
+            more = "more values a side would decide it"
+        else:
+            more = f"more {unit.split()[0]} would decide it"
+        return f"{why}; {more}"
 
     def line(self) -> str:
         m = self.metric
@@ -120,11 +167,14 @@ class Verdict:
         if self.comparison:
             sig += f"; compared {self.comparison}"
         ci = f" (95% CI {self.ci[0]:+.1%} … {self.ci[1]:+.1%})" if self.ci else ""
+        status = f"{self.status} ({self.inconclusive_text()})" if self.status == INCONCLUSIVE else str(self.status)
+        engines = self.engines_text()
         return (f"{self.config_id} {self.key} ({m.label}, {m.better} is better): baseline {m.display(self.baseline.median)} "
                 f"({sizes[0]}) → now {m.display(self.now.median)} ({sizes[1]}), change {self.change:+.1%}{ci} "
-                f"({self.mde_text()}): {self.status} [min effect {self.min_effect:.0%}"
+                f"({self.mde_text()}): {status} [min effect {self.min_effect:.0%}"
                 + (f" and {m.display(m.min_abs_effect)}" if m.min_abs_effect else "")
-                + f"; {sig}]" + (f"; regime {self.regime}" if self.regime else "")
+                + f"; {sig}]" + (f"; engine {engines}" if engines else "")
+                + (f"; regime {self.regime}" if self.regime else "")
                 + (f"; {self.note}" if self.note else ""))
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,6 +198,7 @@ class Verdict:
             "baseline_in_run": self.baseline_in_run, "comparison": self.comparison,
             "machine_offset": self.machine_offset,
             "mde_kind": self.mde_kind, "no_baseline": self.no_baseline,
+            "engine": self.engine, "baseline_engine": self.baseline_engine,
         }
 
     @classmethod
@@ -176,7 +227,8 @@ class Verdict:
                    bool(d.get("mde_lower_bound")), bool(d.get("baseline_in_run")), d.get("comparison") or "",
                    d.get("machine_offset") or "",
                    mde_kind=MdeBasis(d["mde_kind"]) if d.get("mde_kind") else None,
-                   no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None)
+                   no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None,
+                   engine=d.get("engine") or "", baseline_engine=d.get("baseline_engine") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
@@ -188,7 +240,8 @@ class Verdict:
         if self.machine_offset:
             out += f", includes the {self.machine_offset}"
         if self.mde > self.min_effect:
-            out += " > min effect" + (f": {self.boots_needed} boots a side would reach it" if self.boots_needed
+            unit = "pairs" if self.mde_kind == MdeBasis.PAIRS else "boots a side"
+            out += " > min effect" + (f": {self.boots_needed} {unit} would reach it" if self.boots_needed
                                       else ": more boots would not reach it" if self.mde_kind == MdeBasis.BOOTS
                                       else "")
         return out
@@ -231,20 +284,69 @@ def bootstrap_change_ci(baseline: Sequence[float], now: Sequence[float], n_boot:
     return float(lo), float(hi)
 
 
-def _status(worse: float, min_effect: float, significant: bool, worse_abs: float = math.inf,
-            min_abs_effect: float = 0.0, better_significant: bool = True) -> Status:
-    """Regressed: moved the worse way by more than the minimum effect (relative, and in the
-    metric's own unit where it sets ``min_abs_effect``), significantly; improved: moved the
-    better way by more than both (significantly, where the test can say); else unchanged."""
-    if worse > min_effect and worse_abs > min_abs_effect and significant:
+def decide(metric: Metric, change: float, ci: tuple[float, float] | None, min_effect: float, *,
+           p_worse: float | None, p_better: float | None = None, alpha: float = DEFAULT_ALPHA,
+           abs_change: float | None = None, baseline: float | None = None) -> Status:
+    """The one decision every verdict rests on (``judge``, ``judge_paired``, ``judge_boots``, and any
+    judge of another design: it passes its own change, interval and p-values).
+
+    ``change``: the relative change now against the baseline, signed in natural units (+0.10: 10%
+    higher; ±inf from a baseline of zero).  ``ci``: the 95% confidence interval of ``change`` (same
+    units), None when there is none (one value a side).  ``min_effect``: the smallest relative worsening
+    that counts.  ``p_worse``: the one-sided p-value of "now is worse"; None when no test could reach
+    ``alpha`` (too few values), and then the effect size alone decides a regression.  ``p_better``: the
+    same for "now is better"; None: the effect size alone decides an improvement.  ``abs_change``: the
+    change in the metric's own unit (now − baseline) where it is measured directly, else ``baseline``
+    (the baseline's value in the metric's unit): ``abs_change`` is then ``change`` × abs(baseline).  Both are
+    needed only for a metric that sets ``min_abs_effect``.
+
+    - **regressed**: moved the worse way by more than ``min_effect`` (and by more than the metric's
+      ``min_abs_effect`` in its unit, where it sets one), significantly (``p_worse`` < ``alpha``);
+    - **improved**: moved the better way by more than both, significantly where ``p_better`` is given;
+    - **unchanged**: the interval rules a regression out (an equivalence check): its bound in the
+      worse direction is below ``min_effect``, or, for a metric with ``min_abs_effect``, that bound in
+      the metric's unit is below it (a regression must exceed both);
+    - **inconclusive**: none of these (no interval, or one that reaches a regression the data do not
+      show): the data cannot tell."""
+    sign = 1.0 if metric.better == "lower" else -1.0
+    worse = sign * change
+    if abs_change is not None:
+        worse_abs = sign * abs_change
+    elif baseline is not None and math.isfinite(change):
+        worse_abs = worse * abs(baseline)
+    else:
+        worse_abs = math.copysign(math.inf, worse) if worse else 0.0
+    min_abs = metric.min_abs_effect
+    if worse > min_effect and worse_abs > min_abs and (p_worse is None or p_worse < alpha):
         return REGRESSED
-    if -worse > min_effect and -worse_abs > min_abs_effect and better_significant:
+    if -worse > min_effect and -worse_abs > min_abs and (p_better is None or p_better < alpha):
         return IMPROVED
-    return UNCHANGED
+    bound = _worse_bound(metric, ci)
+    if bound is not None:
+        if bound < min_effect:
+            return UNCHANGED
+        if min_abs and baseline is not None and bound * abs(baseline) < min_abs:
+            return UNCHANGED
+    return INCONCLUSIVE
 
 
-def _worse_abs(metric: Metric, baseline: float, now: float) -> float:
-    return (now - baseline) if metric.better == "lower" else (baseline - now)
+def _worse_bound(metric: Metric, ci: tuple[float, float] | None) -> float | None:
+    """The bound of ``ci`` (a relative change, signed) in the metric's worse direction, positive when worse."""
+    if ci is None:
+        return None
+    return ci[1] if metric.better == "lower" else -ci[0]
+
+
+def _signed(metric: Metric, worse: float) -> float:
+    """A worsening (positive = worse) as the signed change it is in the metric's natural units."""
+    return worse if metric.better == "lower" else -worse
+
+
+def _relative(base: float, now: float) -> float:
+    """now / base − 1, ±inf from a baseline of zero (0 when both are)."""
+    if base:
+        return (now - base) / abs(base)
+    return 0.0 if now == base else math.copysign(math.inf, now - base)
 
 
 def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float] | None,
@@ -263,10 +365,11 @@ def judge(metric: Metric, key: str, config_id: str, now: Sequence[float], baseli
     p = mann_whitney_worse(metric, baseline, now, alpha)
     method = ("Mann-Whitney U" if p is not None else
               f"effect size only ({len(baseline)} vs {len(now)} values cannot reach p<{alpha:g})")
-    status = _status(worse, eff, p is None or p < alpha, _worse_abs(metric, s_base.median, s_now.median),
-                     metric.min_abs_effect)
+    ci = bootstrap_change_ci(baseline, now)
+    status = decide(metric, _relative(s_base.median, s_now.median), ci, eff, p_worse=p, alpha=alpha,
+                    abs_change=s_now.median - s_base.median, baseline=s_base.median)
     return Verdict(metric, key, config_id, s_now, s_base, status, change, worse, eff, p, method, baseline_source,
-                   ci=bootstrap_change_ci(baseline, now), samples=tuple(now), baseline_samples=tuple(baseline))
+                   ci=ci, samples=tuple(now), baseline_samples=tuple(baseline))
 
 
 def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float], baseline: Sequence[float],
@@ -294,8 +397,6 @@ def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float],
             p = 1.0
     method = (f"Wilcoxon signed-rank, {len(ratios)} pairs" if p is not None else
               f"effect size only ({len(ratios)} pairs cannot reach p<{alpha:g})")
-    status = _status(worse, eff, p is None or p < alpha,
-                     median([_worse_abs(metric, b, n) for n, b in zip(now, baseline)]), metric.min_abs_effect)
     ci = None
     if len(ratios) >= 2:
         import numpy as np
@@ -303,17 +404,20 @@ def judge_paired(metric: Metric, key: str, config_id: str, now: Sequence[float],
         rng = np.random.default_rng(0)
         boot = np.median(rng.choice(np.asarray(ratios), (2000, len(ratios))), axis=1) - 1.0
         ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
-    mde, basis, kind = None, "fewer than 3 pairs", MdeBasis.UNKNOWN
+    mde, basis, kind, need = None, "fewer than 3 pairs", MdeBasis.UNKNOWN, None
     logs_all = [math.log(r) for r in ratios if r > 0]
     if len(logs_all) >= 3:
         m = sum(logs_all) / len(logs_all)
-        var = sum((x - m) ** 2 for x in logs_all) / (len(logs_all) - 1)
-        mde = _rel(metric, (_t(1 - alpha, len(logs_all) - 1) + _t(POWER, len(logs_all) - 1))
-                   * math.sqrt(max(var, 1e-12) / len(logs_all)))
+        var = max(sum((x - m) ** 2 for x in logs_all) / (len(logs_all) - 1), 1e-12)
+        mde = _rel(metric, _mde_paired(var, len(logs_all), alpha))
         basis, kind = f"pairs ({len(logs_all)})", MdeBasis.PAIRS
-    return Verdict(metric, key, config_id, Summary.of(now), Summary.of(baseline), status, change, worse, eff, p,
+        need = pairs_needed(metric, var, eff, alpha) if mde > eff else None
+    s_base = Summary.of(baseline)
+    status = decide(metric, change, ci, eff, p_worse=p, alpha=alpha,
+                    abs_change=median([n - b for n, b in zip(now, baseline)]), baseline=s_base.median)
+    return Verdict(metric, key, config_id, Summary.of(now), s_base, status, change, worse, eff, p,
                    method, baseline_source, ci=ci, samples=tuple(now), baseline_samples=tuple(baseline),
-                   mde=mde, mde_basis=basis, mde_kind=kind)
+                   mde=mde, mde_basis=basis, mde_kind=kind, boots_needed=need)
 
 
 # -- boot-level verdicts: the boot is the unit -------------------------------------------------
@@ -332,6 +436,23 @@ def _mde_log(var: float, df: float, n_now: float, n_base: float, alpha: float, o
     values of variance ``var``, ``n_now`` and ``n_base`` a side, plus a fixed ``offset`` variance that
     no number of boots averages away (a baseline from another machine: the machines' offset)."""
     return (_t(1 - alpha, df) + _t(POWER, df)) * math.sqrt(var * (1 / n_now + 1 / n_base) + offset)
+
+
+def _mde_paired(var: float, n: int, alpha: float) -> float:
+    """The smallest worsening (log scale) a one-sided paired t-test at ``alpha`` finds with 80% power
+    from ``n`` pairs whose log ratios vary by ``var``."""
+    return (_t(1 - alpha, n - 1) + _t(POWER, n - 1)) * math.sqrt(var / n)
+
+
+def pairs_needed(metric: Metric, var: float, min_effect: float, alpha: float) -> int | None:
+    """Pairs (A/B rounds) for a paired comparison's MDE to reach ``min_effect`` (None: more than
+    MAX_BOOTS_ADVISED)."""
+    if min_effect <= 0 or var <= 0:
+        return None
+    for k in range(3, MAX_BOOTS_ADVISED + 1):
+        if _rel(metric, _mde_paired(var, k, alpha)) <= min_effect:
+            return k
+    return None
 
 
 def _rel(metric: Metric, log_effect: float) -> float:
@@ -455,8 +576,8 @@ def judge_boots(metric: Metric, key: str, config_id: str, now_boots: Sequence[Se
     s_now, s_base = Summary.of(now_vals), Summary.of(base_vals)
     # an A/A run on the H200 gave TTFT at c=8 −12% over boots that spread ±30%: not an improvement
     p_better = float(t_dist.cdf(worse_log / se, noise.df))
-    status = _status(worse, eff, p < alpha, _worse_abs(metric, s_base.median, s_now.median), metric.min_abs_effect,
-                     p_better < alpha)
+    status = decide(metric, change, ci, eff, p_worse=p, p_better=p_better, alpha=alpha,
+                    abs_change=s_now.median - s_base.median, baseline=s_base.median)
     src = ("this run and the baseline's boots" if prior is None else "this run's boots and the baseline's noise model")
     if source:
         src = f"assumed: {source}"
@@ -475,8 +596,8 @@ PART_NAMES = {"frontend": "front end", "queue": "queue", "prefill": "prefill", "
 def attribution(client: Verdict, parts: dict[str, Verdict]) -> str | None:
     """Which part of a client TTFT moved: the change of each part's boot-level median (the engine's
     own queue and prefill timers, what the engine's TTFT holds beyond them, and the front end:
-    client − engine TTFT), in ms and relative, with the part's own verdict where it is not
-    "unchanged".  None without a compared baseline for the parts."""
+    client − engine TTFT), in ms and relative, with the part's own verdict where it
+    regressed or improved.  None without a compared baseline for the parts."""
     have = {k: v for k, v in parts.items() if v.baseline is not None and v.change is not None}
     if client.baseline is None or not have:
         return None
@@ -505,7 +626,7 @@ def attribution(client: Verdict, parts: dict[str, Verdict]) -> str | None:
         # by 0.1 ms is +70% of nothing; its absolute floor judges it (and its verdict says so)
         rel = (f" ({v.change:+.0%})" if v is not None and v.change is not None and v.baseline is not None
                and abs(v.baseline.median) > max(1e-4, v.metric.min_abs_effect) else "")
-        status = f" {v.status}" if v is not None and v.status not in (UNCHANGED, NO_BASELINE) else ""
+        status = f" {v.status}" if v is not None and v.status in (REGRESSED, IMPROVED) else ""
         text.append(f"{name} {ms:+.1f} ms{rel}{status}")
     total = (client.now.median - client.baseline.median) * 1000.0
     # "most of it": the largest move among the parts that moved beyond their floor

@@ -33,6 +33,20 @@ class EngineInfo:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+def engine_label(engine: dict[str, Any] | None, launcher: str | None = None) -> str:
+    """An engine build in one phrase, as reports name both sides of a comparison: ``vllm 0.32.0``,
+    with its commit where known and the launcher (interpreter or binary) where one is set:
+    ``vllm 0.32.0 (commit 1a2b3c4d5e, launcher /opt/nightly/bin/python)``; "" when nothing is known.
+    ``engine``: an ``EngineInfo`` as a dict (a fingerprint's ``engine``, a boot record)."""
+    e = engine or {}
+    if not e.get("engine") and not e.get("version"):
+        return ""
+    out = f"{e.get('engine') or '?'} {e.get('version') or '?'}"
+    extra = ([f"commit {str(e['commit'])[:10]}"] if e.get("commit") else []) + \
+        ([f"launcher {launcher}"] if launcher else [])
+    return out + (f" ({', '.join(extra)})" if extra else "")
+
+
 @dataclasses.dataclass(frozen=True)
 class BootDiagnosis:
     """What a failed boot's log says, in one line, plus any figure worth acting on."""

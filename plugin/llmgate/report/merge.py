@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     c = doc["counts"]
     n = len(doc["shards"]) + len(doc["missing_shards"])
     print(f"llmgate: merged {len(doc['shards'])} of {n} shard(s): {c.get('regressed', 0)} regressed, "
-          f"{c.get('improved', 0)} improved, {c.get('unchanged', 0)} unchanged → {a.out / 'summary.md'}")
+          f"{c.get('improved', 0)} improved, {c.get('unchanged', 0)} unchanged, {c.get('inconclusive', 0)} inconclusive, "
+          f"{c.get('no baseline', 0)} without baseline → {a.out / 'summary.md'}")
     for k in doc["missing_shards"]:
         print(f"llmgate: shard {k}/{n} missing: no report", file=sys.stderr)
     for s in doc["shards"]:

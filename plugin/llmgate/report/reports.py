@@ -16,17 +16,28 @@ from tabulate import tabulate
 
 from llmgate.config.ids import LEVER_OFF, entry_scope
 from llmgate.config.matrix import Matrix
-from llmgate.analysis.verdict import IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
+from llmgate.core.metrics import FAILED_SHARE
+from llmgate.engines.base import engine_label
+from llmgate.analysis.verdict import INCONCLUSIVE, IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
+from llmgate.report import outcome as outcomes
+
+STATUSES = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE, NO_BASELINE, REFUSED)
+
+
+HEADERS = ["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "MDE", "verdict",
+           "regime"]
 
 
 def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
-    """Table rows of verdicts (those of report.json rebuilt with ``Verdict.from_dict``)."""
+    """Table rows of verdicts (those of report.json rebuilt with ``Verdict.from_dict``), in ``HEADERS``' columns."""
     rows = []
     pairs = [(v, v.to_dict()) for v in verdicts]
     for obj, v in sorted(pairs, key=lambda p: (p[1]["config"], p[1]["test"], p[1]["key"])):
         m = obj.metric
         now, base = v["now"], v["baseline"]
-        spread = f"{m.display(now['min'])} – {m.display(now['max'])}" if now["n"] > 1 else ""
+        # the range of every value measured (each boot's repeats): ``now`` summarises the boots'
+        # values, one a side on a CPU entry, whose range would be empty
+        spread = value_range(m.display, now)
         boots = (v.get("boots") or {}).get("now") or 0
         n = f"{boots}×{len(now['values']) // boots}" if boots > 1 and now.get("values") else str(len(now.get("values") or []) or now["n"])
         rows.append([
@@ -38,6 +49,15 @@ def verdict_rows(verdicts: Iterable[Verdict]) -> list[list[str]]:
             mde_cell(v), status_text(v), v.get("regime") or "",
         ])
     return rows
+
+
+def value_range(display: Callable[[float], str], now: dict[str, Any]) -> str:
+    """"98.0 tok/s – 103.0 tok/s": the range of every value measured (each boot's repeats; ``now``'s own
+    min and max summarise the boots' values, one a side on a CPU entry, whose range would be empty)."""
+    values = now.get("values") or []
+    if len(values) > 1:
+        return f"{display(min(values))} – {display(max(values))}"
+    return f"{display(now['min'])} – {display(now['max'])}" if now["n"] > 1 else ""
 
 
 def status_text(v: dict[str, Any]) -> str:
@@ -60,10 +80,73 @@ def mde_cell(v: dict[str, Any]) -> str:
 
 
 def verdict_table(verdicts: Iterable[Verdict]) -> str:
-    return tabulate(verdict_rows(verdicts),
-                    headers=["configuration", "test", "metric", "now (median)", "range", "n", "baseline", "change", "MDE",
-                             "verdict", "regime"],
-                    tablefmt="github")
+    return tabulate(verdict_rows(verdicts), headers=HEADERS, tablefmt="github")
+
+
+TERMINAL_WIDTH = 120
+# what the terminal leaves out first when the table is too wide (summary.md and report.json keep all)
+DROPPED_FIRST = ("regime", "range", "n")
+MDE_LEGEND = ("MDE: the smallest worsening the comparison finds (80% power); ≥ a lower bound (repeats within one "
+              "boot a side), ~ the between-boot noise was assumed (one boot a side), ! above the metric's min effect")
+
+
+def fit(headers: list[str], rows: list[list[str]], plan: list[tuple[str, str, int]],
+        width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """A table at most ``width`` columns wide where ``plan`` can make it so: its steps, in order, while
+    it is wider: ("drop", column, 0) leaves a column out, ("cut", column, floor) shortens that column's
+    longest cells (…) down to ``floor`` characters.  Returns the table and the columns left out."""
+    cols = list(headers)
+
+    def render() -> str:
+        idx = [headers.index(c) for c in cols]
+        return tabulate([[r[i] for i in idx] for r in rows], headers=cols, tablefmt="github")
+
+    def fits() -> bool:
+        return max((len(ln) for ln in render().splitlines()), default=0) <= width
+
+    dropped: list[str] = []
+    for step, col, floor in plan:
+        if col not in cols:
+            continue
+        if step == "drop" and not fits():
+            cols.remove(col)
+            dropped.append(col)
+        i = headers.index(col)
+        while step == "cut" and not fits():
+            longest = max((len(r[i]) for r in rows), default=0)
+            if longest <= floor:
+                break
+            rows = [r[:i] + [_cut(r[i], longest - 1) if len(r[i]) >= longest else r[i]] + r[i + 1:] for r in rows]
+    return render(), dropped
+
+
+def _one(rows: list[list[str]], col: int) -> str | None:
+    """The value every row has in column ``col``, if they share one."""
+    values = {r[col] for r in rows}
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def terminal_table(verdicts: Iterable[Verdict], width: int = TERMINAL_WIDTH) -> tuple[str, list[str]]:
+    """The verdict table at most ``width`` columns wide: ``DROPPED_FIRST`` left out, and the
+    configuration where all rows share one ("configuration (all cpu-vllm-tiny)"); then the metric
+    labels and the tests shortened (…) to 28 and 16 characters, then the test (or, with several
+    configurations, the configuration) left out, then the longest text cells shortened, until it
+    fits.  Returns the table and what was left out."""
+    rows = verdict_rows(verdicts)
+    one = _one(rows, 0)
+    plan = [("drop", c, 0) for c in DROPPED_FIRST] + ([("drop", "configuration", 0)] if one else []) + [
+        ("cut", "metric", 28), ("cut", "test", 16), ("drop", "test", 0), ("drop", "configuration", 0),
+        ("cut", "metric", 12), ("cut", "verdict", 12), ("cut", "configuration", 12)]
+    text, dropped = fit(HEADERS, rows, plan, width)
+    return text, [f"configuration (all {one})" if c == "configuration" and one else c for c in dropped]
+
+
+def _cut(cell: str, n: int) -> str:
+    """``cell`` in ``n`` characters, "…" where it was cut; a metric's variant (" @c8") is kept whole."""
+    label, sep, variant = cell.rpartition(" @") if " @" in cell else cell.rpartition("@")
+    if sep and len(variant) + len(sep) + 4 <= n:
+        return label[:n - len(variant) - len(sep) - 1] + "…" + sep + variant
+    return cell[:n - 1] + "…"
 
 
 def noise_rows(verdicts: Iterable[Verdict], target: float = 0.05, alpha: float = 0.05) -> list[list[str]]:
@@ -94,9 +177,18 @@ NOISE_HEADERS = ["configuration", "metric", "sampling CV", "boot CV", "requests/
                  "boots a side for 5%"]
 
 
-def noise_table(verdicts: Iterable[Verdict]) -> str:
+def noise_table(verdicts: Iterable[Verdict], width: int | None = None) -> str:
+    """The noise report as a table; ``width``: at most that wide (the terminal's), the configuration
+    left out where all rows share one, then the comparison shortened."""
     rows = noise_rows(verdicts)
-    return tabulate(rows, headers=NOISE_HEADERS, tablefmt="github") if rows else ""
+    if not rows:
+        return ""
+    if width is None:
+        return tabulate(rows, headers=NOISE_HEADERS, tablefmt="github")
+    shared = {c: v for c in ("configuration", "comparison") if (v := _one(rows, NOISE_HEADERS.index(c)))}
+    text, dropped = fit(NOISE_HEADERS, rows, [("drop", c, 0) for c in shared]
+                        + [("cut", "comparison", 12), ("cut", "metric", 16), ("cut", "metric", 8)], width)
+    return text + "".join(f"\n{c} of every row: {shared[c]}" for c in dropped)
 
 
 def boot_table(boots: dict[str, list[dict]]) -> str:
@@ -148,6 +240,8 @@ def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> d
                     [v for r in reports for v in r["verdicts"]], [n for r in reports for n in r["notes"]], argv,
                     exit_status)
     doc["workers"] = [r.get("worker") for r in reports]
+    doc["compared"] = any(outcomes.compared(r) for r in reports)
+    doc["tests"] = dict(sum((Counter(r.get("tests") or {}) for r in reports), Counter()))
     return doc
 
 
@@ -163,7 +257,8 @@ def _document(device: dict[str, Any], settings: dict[str, Any], boots: dict[str,
         "device": device,
         "settings": settings,
         "boots": boots,
-        "counts": {s: counts.get(s, 0) for s in (REGRESSED, IMPROVED, UNCHANGED, NO_BASELINE, REFUSED)},
+        "counts": {s: counts.get(s, 0) for s in STATUSES},
+        "tests": {},            # pytest's counts, set by the session at its end
         "verdicts": verdicts,
         "notes": notes,
     }
@@ -202,22 +297,41 @@ def _fmt(metric_display: Callable[[float], str], x: float | None) -> str:
     return "—" if x is None else metric_display(x)
 
 
+def counts_line(c: dict[str, int]) -> str:
+    """"1 regressed · 0 improved · 3 unchanged · 5 inconclusive · 2 without baseline · 0 not comparable"."""
+    return (f"{c.get(REGRESSED, 0)} regressed · {c.get(IMPROVED, 0)} improved · {c.get(UNCHANGED, 0)} unchanged · "
+            f"{c.get(INCONCLUSIVE, 0)} inconclusive · {c.get(NO_BASELINE, 0)} without baseline · "
+            f"{c.get(REFUSED, 0)} not comparable")
+
+
+def engine_lines(verdicts: list[dict[str, Any]], boots: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The engine builds compared, baseline → now (each entry's, where entries differ): "vllm 0.31.0 →
+    vllm 0.32.0"; without a comparison, the builds this run booted."""
+    pairs: dict[str, set[str]] = {}
+    for v in verdicts:
+        if v.get("baseline") is not None and (v.get("engine") or v.get("baseline_engine")):
+            pairs.setdefault(f"{v.get('baseline_engine') or '?'} → {v.get('engine') or '?'}", set()).add(v["config"])
+    if pairs:
+        if len(pairs) == 1:
+            return [f"engine (baseline → now): {next(iter(pairs))}"]
+        return [f"engine (baseline → now): {pair} ({', '.join(sorted(cids))})" for pair, cids in sorted(pairs.items())]
+    built = sorted({engine_label(b, b.get("launcher")) or f"{b.get('engine')} ?" for bs in boots.values() for b in bs
+                    if b.get("engine")})
+    return [f"engine: {', '.join(built)}"] if built else []
+
+
 def markdown(rep: dict[str, Any]) -> str:
     """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY)."""
 
     c = rep["counts"]
-    verdict_word = "❌ regressions" if c[REGRESSED] else ("⚠️ not compared" if c[REFUSED] else "✅ no regression")
-    if rep.get("interrupted") and not c[REGRESSED]:
-        verdict_word = "⚠️ interrupted"
-    if rep.get("baseline_not_saved") and not c[REGRESSED]:
-        verdict_word = "❌ baseline not saved"
+    o = outcomes.outcome(rep)
     dev = rep.get("device") or {}
-    engines = sorted({f"{b.get('engine')} {b.get('version') or '?'}" for bs in rep["boots"].values() for b in bs})
-    lines = [f"## llmgate: {verdict_word}", "",
-             f"{c[REGRESSED]} regressed · {c[IMPROVED]} improved · {c[UNCHANGED]} unchanged · "
-             f"{c[NO_BASELINE]} without baseline · {c[REFUSED]} not comparable", "",
-             f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · engines: {', '.join(engines) or '—'} · "
-             f"created {rep['created']}", ""]
+    lines = [f"## llmgate: {o.headline}", ""]
+    lines += [f"- {ln}" for ln in o.lines] + ([f"- **{o.fate}**"] if o.fate else []) + ([""] if o.lines or o.fate else [])
+    lines += [counts_line(c) + (f" · tests: {_tests_text(rep['tests'])}" if rep.get("tests") else ""), ""]
+    lines += [f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · "
+              + " · ".join(engine_lines(rep["verdicts"], rep["boots"]) or ["engine: —"])
+              + f" · created {rep['created']}", ""]
     for line in rep.get("baseline_not_saved") or []:
         lines += [f"**❌ {line}**: the run fails; what was measured is below and in report.json.", ""]
     stop = rep.get("interrupted")
@@ -237,8 +351,8 @@ def markdown(rep: dict[str, Any]) -> str:
     for v in rep["verdicts"]:
         by_test.setdefault(v["test"].removeprefix("test_"), []).append(v)
     for test, vs in by_test.items():
-        lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | change | MDE | verdict | regime |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"### {test}", "", "| configuration | metric | baseline | now (median) | range | change | MDE | verdict "
+                                     "| regime |", "|---|---|---|---|---|---|---|---|---|"]
         for v in sorted(vs, key=lambda v: (v["config"], v["key"])):
             m = Verdict.from_dict(v).metric
             suffix = f" @{v['key'].split('@', 1)[1]}" if "@" in v["key"] else ""
@@ -247,9 +361,14 @@ def markdown(rep: dict[str, Any]) -> str:
             if v["ci95"]:
                 change += f" ({v['ci95'][0]:+.0%} … {v['ci95'][1]:+.0%})"
             status = {REGRESSED: "**regressed**", IMPROVED: "improved"}.get(v["status"], status_text(v))
+            if v["status"] == INCONCLUSIVE and v.get("boots_needed"):
+                status += f": {v['boots_needed']} {'pairs' if v.get('mde_kind') == 'pairs' else 'boots a side'} would decide"
             lines.append(f"| {v['config']} | {v['label']}{suffix} ({v['better']} is better) | {base} | "
-                         f"{m.display(v['now']['median'])} | {change} | {mde_cell(v)} | {status} | {v.get('regime') or ''} |")
+                         f"{m.display(v['now']['median'])} | {value_range(m.display, v['now'])} | {change} | "
+                         f"{mde_cell(v)} | {status} | {v.get('regime') or ''} |")
         lines.append("")
+    if rep["verdicts"]:
+        lines += [MDE_LEGEND + ".", ""]
     noise = noise_rows(Verdict.from_dict(v) for v in rep["verdicts"])
     if noise:
         lines += ["### Noise of the latency figures", "",
@@ -259,6 +378,10 @@ def markdown(rep: dict[str, Any]) -> str:
     if rep["notes"]:
         lines += ["### Notes", ""] + [f"- {n}" for n in rep["notes"]] + [""]
     return "\n".join(lines)
+
+
+def _tests_text(t: dict[str, int]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in t.items() if n)  or "none ran"
 
 
 def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None) -> list[Path]:
@@ -309,18 +432,20 @@ class ReportedSession(Protocol):
     def matrix(self) -> Matrix: ...
 
 
-def skipped_entries(terminalreporter, gs: ReportedSession) -> list[str]:
-    """For each matrix entry none of whose tests ran (every GPU entry on a machine without a GPU):
-    one line per reason, with how many tests it skipped (an entry's own choice of levers left out:
-    -rs lists those)."""
+def skipped_entries(terminalreporter, gs: ReportedSession) -> list[tuple[str, bool]]:
+    """Why tests of matrix entries were skipped, one line per entry and reason, with how many: (line,
+    whole) where ``whole`` says that none of the entry's tests ran (every GPU entry on a machine
+    without a GPU).  The levers an entry does not enable are one line: "small-cpu: 12 test(s)
+    skipped: lever 'quality' is not enabled for this entry"."""
     try:
         ids = [e.id for e in gs.matrix.entries]
     except ValueError:             # a matrix that did not load (MatrixError)
         return []
     ran: set[str] = set()
     counts: dict[tuple[str, str], int] = {}
-    for category, reports in terminalreporter.stats.items():
-        for rep in reports:
+    levers: dict[str, Counter[str]] = {}
+    for category, reps in terminalreporter.stats.items():
+        for rep in reps:
             scope = entry_scope(getattr(rep, "nodeid", None) or "", ids)
             if not scope.startswith("llmgate-entry:"):
                 continue
@@ -328,62 +453,89 @@ def skipped_entries(terminalreporter, gs: ReportedSession) -> list[str]:
             if category in ("passed", "failed", "error", "xfailed", "xpassed"):
                 ran.add(cid)
             elif category == "skipped" and isinstance(getattr(rep, "longrepr", None), tuple):
-                reason = str(rep.longrepr[2]).removeprefix("Skipped: ")
-                if LEVER_OFF not in dict(getattr(rep, "user_properties", None) or ()):
-                    counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
-    return [f"{cid}: {n} test(s) skipped: {reason}" for (cid, reason), n in counts.items() if cid not in ran]
+                lever = dict(getattr(rep, "user_properties", None) or ()).get(LEVER_OFF)
+                if lever is not None:
+                    levers.setdefault(cid, Counter())[str(lever)] += 1
+                    continue
+                reason = str(rep.longrepr[2]).removeprefix("Skipped: ").removeprefix(f"{cid}: ")
+                counts[(cid, reason)] = counts.get((cid, reason), 0) + 1
+    out = [(f"{cid}: {n} test(s) skipped: {reason}", cid not in ran) for (cid, reason), n in counts.items()]
+    for cid, c in levers.items():
+        names = (f"lever '{next(iter(c))}' is" if len(c) == 1 else
+                 "levers " + ", ".join(f"'{k}' ({n})" for k, n in c.most_common()) + " are")
+        out.append((f"{cid}: {sum(c.values())} test(s) skipped: {names} not enabled for this entry", cid not in ran))
+    return out
 
 
 def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
-    """llmgate's section at the end of the terminal output: entries skipped whole, the boots,
-    the verdict table, notes, the reference figures asked for, the report files, the regressions."""
+    """llmgate's section at the end of the terminal output: the run's outcome (what was not gated,
+    what is inconclusive), the engine builds compared, the tests skipped and why, the boots, the
+    verdict table (at most 120 columns) and its legend, notes, the reference figures asked for, the
+    report files, the regressions."""
     boots = gs.boots                                        # the workers' too, under pytest-xdist
     verdicts = list(gs.verdicts)
     skipped = skipped_entries(terminalreporter, gs)
     not_saved = list(getattr(gs, "not_saved", None) or [])
-    if not (verdicts or boots or skipped or not_saved):
+    if not (verdicts or boots or skipped or not_saved or gs.report_files):
         return
     tr = terminalreporter
     tr.section("llmgate")
-    for line in skipped:
-        tr.write_line(line, yellow=True)
+    rep = gs.summary
+    if rep is not None:
+        o = outcomes.outcome(rep)
+        colour = {{outcomes.GOOD: "green", outcomes.WARN: "yellow"}.get(o.severity, "red"): True}
+        tr.write_line(f"llmgate: {o.words}", bold=True, **colour)
+        for line in o.lines + ([o.fate] if o.fate else []):
+            tr.write_line("  " + line, **colour)
+        tr.write_line(counts_line(rep["counts"]))
+        for line in engine_lines(rep["verdicts"], rep["boots"]):
+            tr.write_line(line)
+    for line, whole in skipped:
+        tr.write_line(line, yellow=whole)
     if hidden:
-        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} metric(s) is not shown: it prints each as a "
-                      f"time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read this one")
+        shown = len(verdicts)
+        requests_rows = sum(v.metric.name == FAILED_SHARE.name for v in verdicts)
+        tr.write_line(f"pytest-benchmark's table of llmgate's {hidden} stored metric(s) is not shown: it prints each as "
+                      f"a time, tok/s as seconds per token (--llmgate-benchmark-table shows it); read llmgate's "
+                      f"table of {shown} verdict(s) below"
+                      + (f" (those {hidden} and {requests_rows} failed-requests row(s))"
+                         if requests_rows and hidden + requests_rows == shown else ""))
     if boots:
         total = sum(len(v) for v in boots.values())
         tr.write_line(f"boots this session: {total} ({len(boots)} configuration(s))")
         tr.write_line(boot_table(boots))
     if verdicts:
         tr.write_line("")
-        tr.write_line(verdict_table(verdicts))
-        noise = noise_table(verdicts)
+        table, dropped = terminal_table(verdicts)
+        tr.write_line(table)
+        tr.write_line(MDE_LEGEND + (f"; not shown here: {', '.join(dropped)} (summary.md, report.json)" if dropped else ""))
+        noise = noise_table(verdicts, TERMINAL_WIDTH)
         if noise:
             tr.write_line("")
             tr.write_line("noise of the latency figures (sampling: the requests a boot drew; boot: what a boot adds):")
             tr.write_line(noise)
-        if gs.notes:
-            tr.write_line("")
-            tr.write_line("notes:")
-            for n in gs.notes:
-                tr.write_line("  " + n)
-        if reference_name and gs.summary:
-            from llmgate.report import reference
-            tr.write_line("")
-            try:
-                tr.write_line(reference.table(reference.load(reference_name, (reference_dir,)),
-                                              gs.summary))
-            except (FileNotFoundError, ValueError) as e:
-                tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
-        regressed = [v for v in verdicts if v.failed]
-        if gs.report_files:
-            tr.write_line("")
-            tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
-        if regressed:
-            tr.write_line("")
-            tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
-            for v in regressed:
-                tr.write_line("  " + v.line(), red=True)
+    if gs.notes:
+        tr.write_line("")
+        tr.write_line("notes:")
+        for n in gs.notes:
+            tr.write_line("  " + n)
+    if verdicts and reference_name and gs.summary:
+        from llmgate.report import reference
+        tr.write_line("")
+        try:
+            tr.write_line(reference.table(reference.load(reference_name, (reference_dir,)),
+                                          gs.summary))
+        except (FileNotFoundError, ValueError) as e:
+            tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
+    if gs.report_files:
+        tr.write_line("")
+        tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
+    regressed = [v for v in verdicts if v.failed]
+    if regressed:
+        tr.write_line("")
+        tr.write_line(f"{len(regressed)} regression(s):", red=True, bold=True)
+        for v in regressed:
+            tr.write_line("  " + v.line(), red=True)
     for line in not_saved:
         tr.write_line("")
         tr.write_line(f"llmgate: {line}", red=True, bold=True)

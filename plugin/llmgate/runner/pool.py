@@ -97,6 +97,10 @@ class ServerPool:
             raise
         self.servers[cfg.id] = server
         record.update(startup_s=handle.startup_s, version=handle.engine_info.version, log=str(handle.log_path))
+        if handle.engine_info.commit:
+            record["commit"] = handle.engine_info.commit
+        if run_cfg.launcher:
+            record["launcher"] = run_cfg.launcher
         self.say(f"llmgate: {cfg.id} ready in {handle.startup_s:.1f} s "
                  f"({handle.engine_info.engine} {handle.engine_info.version}) at {handle.base_url}")
         return handle

@@ -22,6 +22,7 @@ from llmgate.process.server import ServerDied
 from llmgate.runner.boots import MeasurementBoot
 from llmgate.analysis.stats import Noise, median
 from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
+from llmgate.engines.base import engine_label
 
 if TYPE_CHECKING:
     from llmgate.runner.session import GateSession
@@ -108,6 +109,7 @@ class Recorder:
         notes, refused = [], []
         offset = None
         missing = None
+        engine, base_engine = engine_label(fp.get("engine"), cfg.launcher if cfg else None), ""
         if base is None:
             missing = baseline_store.why_no_baseline(self.item.config, keys.stored_key(self.item), key, fp)
             if missing:
@@ -117,9 +119,9 @@ class Recorder:
             base_info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
             base_fp = base_info.get("fingerprint") or {}
             refused = fingerprints.fingerprint_mismatch(base_fp, fp)
-            change = fingerprints.engine_change(base_fp, fp)
-            if change:
-                notes.append(change)
+            # both builds are named by the verdict itself (its line, the reports' header)
+            base_engine = engine_label(base_fp.get("engine") or base_info.get("engine"),
+                                       (base_info.get("config") or {}).get("launcher"))
             if base_info.get("schema", benchmark_files.SCHEMA_VERSION) < 3:
                 notes.append("baseline of schema 2: its values read as one boot without a noise model "
                              "(re-record it with --benchmark-save and --llmgate-boots)")
@@ -141,6 +143,7 @@ class Recorder:
                               now_sampling=[samp[i][0] for i in order],
                               now_requests=_requests(samp, order),
                               offset=offset, comparison="stored" if base is not None and not refused else "")
+        verdict = dataclasses.replace(verdict, engine=engine, baseline_engine=base_engine)
         if missing:
             verdict = dataclasses.replace(verdict, no_baseline=missing.reason)
         noise = Noise.of(boots, [samp[i][0] for i in order], _requests(samp, order)).pooled(prior)
@@ -190,7 +193,8 @@ class Recorder:
                               base_sampling=[samp[k][0] for k in a_ks],
                               base_requests=_requests(samp, a_ks),
                               comparison="same session")
-        verdict = dataclasses.replace(verdict, baseline_in_run=True)
+        verdict = dataclasses.replace(verdict, baseline_in_run=True, engine=self._side_engine(cfg, b_name),
+                                      baseline_engine=self._side_engine(cfg, a_name))
         notes = [f"same session: {len(a_boots)} boot(s) of {a_name} vs {len(b_boots)} of {b_name}, order {order.strip()}"]
         fp = self._fingerprint()
         extra = {**self.provenance(), **info, "fingerprint": fp,
@@ -211,6 +215,13 @@ class Recorder:
             Noise.of(a_boots, [samp[k][0] for k in a_ks], _requests(samp, a_ks)))     # both sides' boots: one machine
         self._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
         return self._finish_verdict(verdict, key, test, notes, parts, raw, None, [])
+
+    def _side_engine(self, cfg: ServerConfig, side: str) -> str:
+        """The engine build side ``side`` of an A/B comparison booted (its last boot record that says)."""
+        for b in reversed(self._session.boots.get(cfg.id) or []):
+            if b.get("side") == side and b.get("version"):
+                return engine_label(b, b.get("launcher"))
+        return ""
 
     def account(self, *results: LoadResult) -> None:
         """Account for every request of a measurement.  A failed one (HTTP error, malformed
@@ -240,14 +251,23 @@ class Recorder:
     def _requests_verdict(self) -> Verdict:
         total, failed = self._request_counts
         cfg = self.entry
+        test = getattr(self.item, "originalname", self.item.name)
+        # the requests of the entry's earlier measurement boots of this test (their rows were held back)
+        carried = self._session.request_counts.pop((cfg.id, test), (0, 0)) if cfg else (0, 0)
+        total, failed = total + carried[0], failed + carried[1]
         v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
                   [failed / total], None)
-        # no failure: "unchanged" where the test's figures were compared with a baseline, "no
-        # baseline" where none of them was (a save run), as every other row of the test says
-        others = [o.status for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
-        unfailed = NO_BASELINE if others and all(s == NO_BASELINE for s in others) else UNCHANGED
-        v = dataclasses.replace(v, test=getattr(self.item, "originalname", self.item.name),
-                                status=REGRESSED if failed else unfailed, note=f"{failed} of {total} requests failed")
+        # no failure: "unchanged" where a figure of the test was compared with a baseline, "no
+        # baseline" (with their reason) where none was — a save run, a compare without a baseline,
+        # a test that recorded no figure — as the test's other rows say; never "unchanged" alone
+        others = [o for o in self.verdicts if o.metric.name != metrics.FAILED_SHARE.name]
+        compared = [o for o in others if o.baseline is not None and o.status != REFUSED]
+        why = next((o.no_baseline for o in others if o.no_baseline is not None), None)
+        v = dataclasses.replace(v, test=test, status=REGRESSED if failed else UNCHANGED if compared else NO_BASELINE,
+                                no_baseline=None if failed or compared else why,
+                                engine=compared[0].engine if compared else "",
+                                baseline_engine=compared[0].baseline_engine if compared else "",
+                                note=f"{failed} of {total} requests failed")
         self.verdicts.append(v)
         self._session.verdicts.append(v)
         self._request_counts = [0, 0]
@@ -284,8 +304,19 @@ class Recorder:
 
     def count_requests(self) -> Verdict | None:
         """(after the test's call) The ``failed_requests`` row of the requests accounted for since the
-        last one — every one succeeded, or the test failed already; None when none were sent."""
-        return self._requests_verdict() if self._request_counts[0] else None
+        last one — every one succeeded, or the test failed already; None when none were sent.  On an
+        entry's measurement boot before its last (whose figures are judged after the last), the counts
+        are carried to the last boot's row: one row per test, beside the figures it judges."""
+        if not self._request_counts[0]:
+            return None
+        boot, cfg = self.boot, self.entry
+        if boot is not None and cfg is not None and int(boot) < boot.of:
+            key = (cfg.id, getattr(self.item, "originalname", self.item.name))
+            held = self._session.request_counts.get(key, (0, 0))
+            self._session.request_counts[key] = (held[0] + self._request_counts[0], held[1] + self._request_counts[1])
+            self._request_counts = [0, 0]
+            return None
+        return self._requests_verdict()
 
     @property
     def confirmable(self) -> bool:

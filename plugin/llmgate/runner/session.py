@@ -16,7 +16,7 @@ import pytest
 from llmgate.store import baseline as baseline_store, fingerprint as fingerprints
 from llmgate.device import hardware
 from llmgate.core import metrics
-from llmgate.report import reports
+from llmgate.report import outcome, reports
 from llmgate.process import server as server_mod
 from llmgate.runner import distribution
 from llmgate.config import matrix as matrix_mod
@@ -62,6 +62,8 @@ class GateSession:
         self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
         # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
         self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
+        # (entry, test) → (requests, failed) of its measurement boots before the last: their row is the last boot's
+        self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
@@ -252,8 +254,10 @@ class GateSession:
             gs.notes.append(f"{len(assumed)} verdict(s) compared one boot a side ({', '.join(assumed[:4])}"
                             f"{', …' if len(assumed) > 4 else ''}): no boot measured the boot-to-boot noise, so "
                             f"llmgate's conservative prior for the device stood in for it (their MDE is wide: only what "
-                            f"that noise cannot explain is flagged); record and compare with --llmgate-boots 2 or more "
-                            f"to see smaller changes")
+                            f"that noise cannot explain is flagged, and what it cannot rule out is inconclusive); record "
+                            f"and compare with --llmgate-boots 2 or more to see smaller changes")
+        if not gs.worker and not distribution.workers(session.config):
+            gs.gate_exit(session)
         try:
             from llmgate.store import history
             written = history.record_session(gs, int(session.exitstatus))
@@ -278,6 +282,7 @@ class GateSession:
                 summary["shard"] = gs.shard.info()        # python -m llmgate.report.merge reads it
             summary["interrupted"] = gs.interrupted
             summary["baseline_not_saved"] = not_saved
+            gs.outcome_of(session, summary)
             gs.report_files = reports.write_all(summary, gs.out_dir,
                                                None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
         elif distribution.workers(session.config):
@@ -303,12 +308,43 @@ class GateSession:
                         {e for r in parts for e in (r.get("shard") or {}).get("entries", [])})}
                 gs.boots.update(summary["boots"])
                 gs.verdicts[:] = [Verdict.from_dict(v) for v in summary["verdicts"]]      # the workers' verdicts
+                gs.gate_exit(session)
+                summary["exit_status"] = int(session.exitstatus)
+                gs.outcome_of(session, summary)
                 session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
                 gs.notes = summary["notes"] + gs.notes
                 gs.report_files = reports.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
 
 
+    def compared(self) -> bool:
+        """Whether this run compares: --benchmark-compare, or A/B mode's same-session comparison."""
+        return bool(baseline_store.compared_spec(self.config)) or bool(self.settings.ab)
+
+    def gate_exit(self, session: pytest.Session) -> None:
+        """A comparison whose verdicts had no comparable baseline, or are inconclusive, fails the run
+        (exit status 1; the tests stay passed) unless --llmgate-accept says that is expected."""
+        fails = outcome.gate_failures([v.to_dict() for v in self.verdicts], self.compared(), self.settings.accept)
+        if fails and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def outcome_of(self, session: pytest.Session, summary: dict[str, Any]) -> None:
+        """What report.json says of the run as a whole: whether it compared, pytest's counts, the outcome."""
+        summary["compared"] = self.compared()
+        summary["tests"] = session_counts(session.config)
+        o = outcome.outcome(summary)
+        summary["outcome"] = {"status": o.status, "headline": o.headline, "lines": o.lines + ([o.fate] if o.fate else [])}
+
+
 SESSION_KEY = pytest.StashKey[GateSession]()
+
+
+def session_counts(config: pytest.Config) -> dict[str, int]:
+    """pytest's counts of this session, as its last line gives them (the terminal's statistics)."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(tr, "stats", None) or {}
+    return {name: len([r for r in stats.get(cat, []) if getattr(r, "count_towards_summary", True)])
+            for name, cat in (("passed", "passed"), ("failed", "failed"), ("errors", "error"), ("skipped", "skipped"),
+                              ("xfailed", "xfailed"), ("xpassed", "xpassed"))}
 
 
 def marker_min_effect(item: pytest.Item) -> dict[str, float]:

@@ -9,6 +9,7 @@ import pytest
 
 from llmgate.core import metrics
 from llmgate.analysis.verdict import DEFAULT_ALPHA
+from llmgate.report.outcome import parse_accept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Settings:
     ab: tuple[tuple[str, str], ...] = ()
     determinism: str = "fail"
     hypothesis_examples: int = 20
+    # what a comparison may leave undecided without failing the run: "no-baseline", "inconclusive"
+    accept: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
@@ -41,6 +44,11 @@ class Settings:
             if not sep:
                 raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION")
 
+        try:
+            accept = parse_accept(config.getoption("llmgate_accept", None) or [])
+        except ValueError as e:
+            raise pytest.UsageError(str(e)) from None
+
         def opt(name, default):
             v = config.getoption(name)
             return default if v is None else v
@@ -54,7 +62,7 @@ class Settings:
                 confirm=not config.getoption("llmgate_no_confirm"),
                 ab=parse_ab(config.getoption("llmgate_ab") or []),
                 determinism=config.getoption("llmgate_determinism"),
-                hypothesis_examples=config.getoption("llmgate_hypothesis_examples"))
+                hypothesis_examples=config.getoption("llmgate_hypothesis_examples"), accept=accept)
         if s.boots is not None and s.boots < 1:
             raise pytest.UsageError("--llmgate-boots must be >= 1")
         if s.repeats < 1 or s.concurrency < 1 or s.warmup < 0:

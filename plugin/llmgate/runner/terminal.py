@@ -12,6 +12,11 @@ def say(config: pytest.Config, line: str) -> None:
     tr = config.pluginmanager.get_plugin("terminalreporter")
     if tr is None:
         return
+    tw = getattr(tr, "_tw", None)
+    if tw is not None and getattr(tw, "width_of_current_line", 0) and not getattr(tr, "currentfspath", None):
+        # a line left open that pytest's own newline would not close: its last "[100%]" (written after
+        # the last teardown said something) — "[100%]llmgate: run history: …" otherwise
+        tw.line()
     capman = config.pluginmanager.get_plugin("capturemanager")
     if capman is not None:
         with capman.global_and_fixture_disabled():
