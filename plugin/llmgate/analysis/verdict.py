@@ -114,7 +114,8 @@ class Verdict:
             return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)" + \
                 (f" ({self.mde_text()})" if self.mde is not None else "") + (f"; {self.note}" if self.note else "")
         nb, nn = self.boots
-        sizes = (f"{nb} boot{'s' * (nb != 1)}", f"{nn} boot{'s' * (nn != 1)}") if nb and nn else \
+        unit = "boot pair" if self.comparison.startswith("duet") else "boot"
+        sizes = (f"{nb} {unit}{'s' * (nb != 1)}", f"{nn} {unit}{'s' * (nn != 1)}") if nb and nn else \
             (f"n={self.baseline.n}", f"n={self.now.n}")
         sig = f"{self.method}, p={self.p_value:.3g}" if self.p_value is not None else self.method
         if self.comparison:
@@ -188,7 +189,8 @@ class Verdict:
         if self.machine_offset:
             out += f", includes the {self.machine_offset}"
         if self.mde > self.min_effect:
-            out += " > min effect" + (f": {self.boots_needed} boots a side would reach it" if self.boots_needed
+            unit = "boot pairs" if self.comparison.startswith("duet") else "boots a side"
+            out += " > min effect" + (f": {self.boots_needed} {unit} would reach it" if self.boots_needed
                                       else ": more boots would not reach it" if self.mde_kind == MdeBasis.BOOTS
                                       else "")
         return out

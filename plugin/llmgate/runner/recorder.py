@@ -18,12 +18,14 @@ from llmgate.core import metrics
 from llmgate.analysis import noise_prior
 from llmgate.config.matrix import ServerConfig
 from llmgate.load.samples import LoadResult
-from llmgate.process.server import ServerDied
+from llmgate.process.server import ServerDied, ServerHandle
 from llmgate.runner.boots import MeasurementBoot
 from llmgate.analysis.stats import Noise, median
+from llmgate.analysis.paired import judge_duet
 from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
 
 if TYPE_CHECKING:
+    from llmgate.runner.duet import DuetSide
     from llmgate.runner.session import GateSession
 
 
@@ -35,8 +37,9 @@ def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[in
 class Recorder:
     """What one test recorded: its verdicts, notes and stored entries, and its requests' count."""
 
-    def __init__(self, item: pytest.Item, session: GateSession):
+    def __init__(self, item: pytest.Item, session: GateSession, side: DuetSide | None = None):
         self.item, self._session = item, session
+        self._side = side                        # a duet's side (runner/duet.py): its server, its turns
         self.verdicts: list[Verdict] = []
         self._stored: list[Any] = []            # pytest-benchmark entries this test added
         self._first_measurement: list[Verdict] | None = None
@@ -76,6 +79,8 @@ class Recorder:
         test = getattr(self.item, "originalname", self.item.name)
         boots, mb = [values], self.boot
         samp: dict[int, tuple[float | None, float | None]] = {1: (sampling, requests)}
+        if mb is not None and cfg is not None and self._side is not None:
+            return self._record_duet(metric, key, cfg, test, mb, values, raw, sampling, requests, parts, info)
         if mb is not None and cfg is not None:
             k, n_boots = int(mb), mb.of
             slot = (cfg.id, test, key)
@@ -212,6 +217,66 @@ class Recorder:
         self._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
         return self._finish_verdict(verdict, key, test, notes, parts, raw, None, [])
 
+    def _record_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, mb: MeasurementBoot,
+                     values: list[float], raw: dict[str, Any] | None, sampling: float | None, requests: int | None,
+                     parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict | None:
+        """A duet (runner/duet.py): this side's values on boot pair k are kept; on the last pair, once both
+        sides have recorded the metric (or the other side has ended without it), side B's pairs are
+        judged against side A's (``analysis.paired.judge_duet``), once, by whichever side comes second,
+        and both sides get that verdict.  It is side B's test result; side B's values are what a
+        --benchmark-save stores."""
+        side = self._side
+        assert side is not None
+        slot, k, s = (cfg.id, test, key), int(mb), self._session
+        with s.duet_cond:
+            s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
+            s.duet_cond.notify_all()
+        if k < mb.of:
+            s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}: "
+                  f"{metric.display(median(values))}; judged after pair {mb.of}")
+            return None
+        with side.parked():
+            with s.duet_cond:
+                while (side.other not in s.duet_values[slot].get(k, {}) and not side.turns.finished(side.other)
+                       and not side.turns.cancelled):
+                    s.duet_cond.wait(timeout=0.5)
+        with s.duet_cond:
+            if slot in s.duet_verdicts:              # the other side judged it
+                return s.duet_verdicts[slot]
+            a_name, b_name = side.run.sides
+            done = s.duet_values[slot]
+            ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
+            cand: Recorder = side.run.recorders[b_name]
+            if not ks:
+                verdict = judge(metric, key, cfg.id, values, None)
+                notes = [f"duet: no boot pair has both sides' {key} (side {side.other} did not record it)"]
+            else:
+                a = [done[i][a_name] for i in ks]
+                b = [done[i][b_name] for i in ks]
+                verdict = judge_duet(metric, key, cfg.id, [x[0] for x in a], [x[0] for x in b],
+                                     s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
+                                     f"side {a_name} of this session (resident beside side {b_name})",
+                                     a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
+                                     requests=[float(x[2]) for x in a + b if x[2]],
+                                     assumed=noise_prior.duet_assumed(cfg.device, metric))
+                notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
+                         f"turns interleaved: {side.turns.summary()}"]
+                fp = cand._fingerprint()
+                b_raw = [x[3] for x in b]
+                extra = {**cand.provenance(), **info, "fingerprint": fp,
+                         "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
+                                  "baseline_side_boot_values": [median(x[0]) for x in a]}}
+                if any(r is not None for r in b_raw):
+                    extra["raw"] = {"boots": b_raw}
+                b_boots = [x[0] for x in b]
+                noise = Noise.of(b_boots, [x[1] for x in b], [float(x[2]) for x in b if x[2]]).pooled(
+                    Noise.of([x[0] for x in a], [x[1] for x in a], [float(x[2]) for x in a if x[2]]))
+                cand._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
+            verdict = cand._finish_verdict(verdict, key, test, notes, parts, None, None, [])
+            s.duet_verdicts[slot] = verdict
+            s.duet_cond.notify_all()
+            return verdict
+
     def account(self, *results: LoadResult) -> None:
         """Account for every request of a measurement.  A failed one (HTTP error, malformed
         stream, timeout) fails the test at once, naming the errors; the test's share of failed
@@ -224,9 +289,7 @@ class Recorder:
             v = self._requests_verdict()
             errors = sorted({(s.error or "unknown error")[:300] for s in failed})
             label = ", ".join(sorted({r.label for r in results if r.label})) or "measurement"
-            cfg = self.entry
-            server = self._session.servers.get(cfg.id) if cfg else None
-            h = server.handle if server is not None else None
+            h = self._handle()
             if h is not None:
                 try:
                     h.check_alive(settle_s=1.0)
@@ -340,18 +403,24 @@ class Recorder:
         if cfg is None:
             return out
         out["config"] = cfg.describe()
-        server = self._session.servers.get(cfg.id)
-        if server is not None and server.handle is not None:
-            h = server.handle
+        h = self._handle()
+        if h is not None:
             out.update(engine=dataclasses.asdict(h.engine_info), model_path=str(h.model_path),
                        model_hash=h.model_hash, startup_s=h.startup_s, boot=h.boot_number,
                        peak_rss_bytes=h.memory.peak(), engine_log=h.engine.read_log(h.log_tail(3000)))
         return out
 
-    def _fingerprint(self) -> dict[str, Any]:
+    def _handle(self) -> ServerHandle | None:
+        """The server this recorder measures: its duet side's, else its entry's running one."""
+        if self._side is not None and self._side.handle is not None:
+            return self._side.handle
         cfg = self.entry
         server = self._session.servers.get(cfg.id) if cfg else None
-        handle = server.handle if server is not None else None
+        return server.handle if server is not None else None
+
+    def _fingerprint(self) -> dict[str, Any]:
+        cfg = self.entry
+        handle = self._handle()
         model_hash: str | None
         engine: dict[str, Any] | None
         if handle is not None:

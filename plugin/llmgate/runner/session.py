@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class GateSession:
         self._matrix: Matrix | None = None
         self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
         self._matrix_error: str | None = None
-        self.pool = ServerPool(config, self.out_dir / "logs", self.settings.ab)
+        self.pool = ServerPool(config, self.out_dir / "logs", self.settings)
         self.servers = self.pool.servers                   # entry id → running Server
         self.boots = self.pool.boots                       # entry id → one record per boot
         self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
@@ -62,6 +63,11 @@ class GateSession:
         # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
         self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
+        # a duet's figures (runner/recorder.py _record_duet): (entry, test, metric key) → boot pair → side →
+        # (repeat values, sampling variance, requests, raw samples); the verdict of each, once judged
+        self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, tuple[Any, ...]]]] = {}
+        self.duet_verdicts: dict[tuple[str, str, str], Verdict] = {}
+        self.duet_cond = threading.Condition()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
