@@ -233,6 +233,8 @@ def call(item: pytest.Function, session: GateSession) -> bool:
     except BaseException:                            # an interrupt in the main thread: stop both sides
         turns.cancel()
         raise
+    if not errors:
+        run.recorders[names[1]].finish_duet()          # what only one side recorded on the last pair
     session.say(f"llmgate: {item.nodeid}: duet turns {turns.summary()}")
     if errors:
         name, e = errors[0]

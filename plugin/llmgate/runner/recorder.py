@@ -220,62 +220,78 @@ class Recorder:
     def _record_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, mb: MeasurementBoot,
                      values: list[float], raw: dict[str, Any] | None, sampling: float | None, requests: int | None,
                      parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict | None:
-        """A duet (runner/duet.py): this side's values on boot pair k are kept; on the last pair, once both
-        sides have recorded the metric (or the other side has ended without it), side B's pairs are
-        judged against side A's (``analysis.paired.judge_duet``), once, by whichever side comes second,
-        and both sides get that verdict.  It is side B's test result; side B's values are what a
+        """A duet (runner/duet.py): this side's values on boot pair k are kept.  On the last pair, the side
+        that records a metric second judges side B's pairs against side A's (``judge_duet``) and gets the
+        verdict; the first gets None, as on the earlier pairs (neither waits for the other: their
+        scenarios may record in different orders).  A metric only one side recorded is judged when the
+        test ends (``finish_duet``).  The verdict is side B's test result; side B's values are what a
         --benchmark-save stores."""
         side = self._side
         assert side is not None
         slot, k, s = (cfg.id, test, key), int(mb), self._session
         with s.duet_cond:
             s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
-            s.duet_cond.notify_all()
-        if k < mb.of:
-            s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}: "
-                  f"{metric.display(median(values))}; judged after pair {mb.of}")
-            return None
-        with side.parked():
-            with s.duet_cond:
-                while (side.other not in s.duet_values[slot].get(k, {}) and not side.turns.finished(side.other)
-                       and not side.turns.cancelled):
-                    s.duet_cond.wait(timeout=0.5)
+            if k < mb.of:
+                s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}: "
+                      f"{metric.display(median(values))}; judged after pair {mb.of}")
+                return None
+            pending = s.duet_pending.setdefault(slot, {})
+            if not pending:                       # the first side to record it on the last pair: the other judges
+                pending.update(metric=metric, key=key, parts=dict(parts or {}), info=info, recorder=self)
+                return None
+            merged = {**pending["parts"], **(parts or {})}   # each side holds the parts it judged
+            del s.duet_pending[slot]
+            return self._judge_duet(metric, key, cfg, test, merged, {**pending["info"], **info})
+
+    def _judge_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str,
+                    parts: dict[str, Verdict], info: dict[str, Any]) -> Verdict:
+        """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_cond)."""
+        side = self._side
+        assert side is not None
+        s, slot = self._session, (cfg.id, test, key)
+        a_name, b_name = side.run.sides
+        done = s.duet_values[slot]
+        ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
+        cand: Recorder = side.run.recorders[b_name]
+        if not ks:
+            only = sorted({n for i in done for n in done[i]})
+            values = [v for i in sorted(done) for n in only for v in done[i][n][0]]
+            verdict = judge(metric, key, cfg.id, values, None)
+            notes = [f"duet: not compared, no boot pair has both sides' {key} (only side {', '.join(only)} recorded it)"]
+        else:
+            a = [done[i][a_name] for i in ks]
+            b = [done[i][b_name] for i in ks]
+            verdict = judge_duet(metric, key, cfg.id, [x[0] for x in a], [x[0] for x in b],
+                                 s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
+                                 f"side {a_name} of this session (resident beside side {b_name})",
+                                 a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
+                                 requests=[float(x[2]) for x in a + b if x[2]],
+                                 assumed=noise_prior.duet_assumed(cfg.device, metric))
+            notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
+                     f"turns interleaved: {side.turns.summary()}"]
+            extra = {**cand.provenance(), **info, "fingerprint": cand._fingerprint(),
+                     "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
+                              "baseline_side_boot_values": [median(x[0]) for x in a]}}
+            if any(x[3] is not None for x in b):
+                extra["raw"] = {"boots": [x[3] for x in b]}
+            b_boots = [x[0] for x in b]
+            noise = Noise.of(b_boots, [x[1] for x in b], [float(x[2]) for x in b if x[2]]).pooled(
+                Noise.of([x[0] for x in a], [x[1] for x in a], [float(x[2]) for x in a if x[2]]))
+            cand._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
+        verdict = cand._finish_verdict(verdict, key, test, notes, parts, None, None, [])
+        s.duet_verdicts[slot] = verdict
+        return verdict
+
+    def finish_duet(self) -> None:
+        """(a duet's test, both sides done) Judge what only one side recorded on the last pair."""
+        s = self._session
+        cfg = self.entry
+        test = getattr(self.item, "originalname", self.item.name)
         with s.duet_cond:
-            if slot in s.duet_verdicts:              # the other side judged it
-                return s.duet_verdicts[slot]
-            a_name, b_name = side.run.sides
-            done = s.duet_values[slot]
-            ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
-            cand: Recorder = side.run.recorders[b_name]
-            if not ks:
-                verdict = judge(metric, key, cfg.id, values, None)
-                notes = [f"duet: no boot pair has both sides' {key} (side {side.other} did not record it)"]
-            else:
-                a = [done[i][a_name] for i in ks]
-                b = [done[i][b_name] for i in ks]
-                verdict = judge_duet(metric, key, cfg.id, [x[0] for x in a], [x[0] for x in b],
-                                     s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
-                                     f"side {a_name} of this session (resident beside side {b_name})",
-                                     a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
-                                     requests=[float(x[2]) for x in a + b if x[2]],
-                                     assumed=noise_prior.duet_assumed(cfg.device, metric))
-                notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
-                         f"turns interleaved: {side.turns.summary()}"]
-                fp = cand._fingerprint()
-                b_raw = [x[3] for x in b]
-                extra = {**cand.provenance(), **info, "fingerprint": fp,
-                         "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
-                                  "baseline_side_boot_values": [median(x[0]) for x in a]}}
-                if any(r is not None for r in b_raw):
-                    extra["raw"] = {"boots": b_raw}
-                b_boots = [x[0] for x in b]
-                noise = Noise.of(b_boots, [x[1] for x in b], [float(x[2]) for x in b if x[2]]).pooled(
-                    Noise.of([x[0] for x in a], [x[1] for x in a], [float(x[2]) for x in a if x[2]]))
-                cand._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
-            verdict = cand._finish_verdict(verdict, key, test, notes, parts, None, None, [])
-            s.duet_verdicts[slot] = verdict
-            s.duet_cond.notify_all()
-            return verdict
+            for slot in [sl for sl in s.duet_pending if cfg is not None and sl[:2] == (cfg.id, test)]:
+                pending = s.duet_pending.pop(slot)
+                pending["recorder"]._judge_duet(pending["metric"], pending["key"], cfg, test, pending["parts"],
+                                                pending["info"])
 
     def account(self, *results: LoadResult) -> None:
         """Account for every request of a measurement.  A failed one (HTTP error, malformed
