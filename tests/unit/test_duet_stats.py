@@ -58,18 +58,21 @@ def test_a_pair_needs_values_on_both_sides():
 
 
 def test_turns_alternate_one_side_at_a_time_in_a_random_order_within_each_pair():
-    turns = Turns(("A", "B"), "seed", grace_s=30.0)
-    inside = []
+    turns = Turns(("A", "B"), "seed")
+    running = []
     overlap = []
 
     def side(name):
+        turns.begin(name)
         for _ in range(20):
             with turns.turn(name):
-                if inside:
-                    overlap.append(name)
-                inside.append(name)
                 time.sleep(0.001)
-                inside.pop()
+            # the work between turns runs alone too (the baton): never beside the other side's turn
+            running.append(name)
+            if len(running) > 1:
+                overlap.append(name)
+            time.sleep(0.001)
+            running.remove(name)
         turns.finish(name)
 
     threads = [threading.Thread(target=side, args=(n,)) for n in "AB"]
@@ -87,35 +90,45 @@ def test_turns_alternate_one_side_at_a_time_in_a_random_order_within_each_pair()
 
 
 def test_a_side_that_is_done_or_parked_does_not_hold_the_other_up():
-    turns = Turns(("A", "B"), "seed", grace_s=30.0)
+    turns = Turns(("A", "B"), "seed")
     turns.finish("B")
+    turns.begin("A")
     t0 = time.monotonic()
     for _ in range(5):
         with turns.turn("A"):
             pass
     assert time.monotonic() - t0 < 1.0
-    turns2 = Turns(("A", "B"), "s2", grace_s=30.0)
+    turns2 = Turns(("A", "B"), "s2")
+    turns2.begin("A")
     with turns2.parked("B"):
         for _ in range(3):
             with turns2.turn("A"):
                 pass
+        turns2.finish("A")
     assert turns2.order == ["A", "A", "A"]
 
 
-def test_an_idle_side_is_passed_after_the_grace_time_and_cancel_stops_a_waiting_side():
+def test_a_side_holding_on_beyond_the_grace_time_is_passed_and_cancel_stops_a_waiting_side():
     turns = Turns(("A", "B"), "x", grace_s=0.3)
+    turns.begin("B")                 # B runs and never asks for a turn
+    got = []
+    t = threading.Thread(target=lambda: [turns.turn("A").__enter__(), got.append(time.monotonic())])
     t0 = time.monotonic()
-    for _ in range(2):              # B never asks: A goes once B has been idle for the grace time
-        with turns.turn("A"):
-            pass
-    assert 0.25 < time.monotonic() - t0 < 2.0 and turns.out_of_turn >= 1
-    turns = Turns(("A", "B"), "y", grace_s=30.0)
-    with turns.parked("B"):
-        for _ in range(2):
+    t.start()
+    t.join(5)
+    assert got and 0.25 < got[0] - t0 < 3.0 and turns.out_of_turn == 1
+    turns = Turns(("A", "B"), "y")
+    turns.begin("B")                 # B runs (and holds on); A waits for its turn, until the duet is stopped
+    raised = []
+
+    def a_side():
+        try:
             with turns.turn("A"):
                 pass
-    # A is two turns ahead of B, which has just been active: A waits, until the duet is stopped
+        except Cancelled as e:
+            raised.append(e)
+    t = threading.Thread(target=a_side)
+    t.start()
     threading.Timer(0.2, turns.cancel).start()
-    with pytest.raises(Cancelled):
-        with turns.turn("A"):
-            pass
+    t.join(5)
+    assert raised and turns.order == []

@@ -25,9 +25,9 @@ from llmgate.runner.boots import MeasurementBoot
 if TYPE_CHECKING:
     from llmgate.runner.session import GateSession
 
-# a side that has not asked for its turn this long (busy working something out, or waiting on the
-# other side's figure) does not hold the other up
-GRACE_S = 5.0
+# a side that has held the machine this long without asking for a turn (a long computation, or stuck on
+# something else) no longer holds the other up: the other goes, out of turn
+GRACE_S = 60.0
 
 
 class Cancelled(Exception):
@@ -35,10 +35,17 @@ class Cancelled(Exception):
 
 
 class Turns:
-    """Whose turn it is to put load on the machine.  The sides' turns go in pairs, one each, in an
-    order drawn (seeded) for each pair; a side ahead of the other waits for it, unless the other is
-    done, parked (waiting on something else, ``parked``) or has not asked for ``grace_s``.  One turn
-    at a time, always."""
+    """Who runs, and whose turn it is to put load on the machine.
+
+    Only one side's thread runs at a time: it holds the baton from the start of one of its turns (a
+    request, a window) through whatever it works out after it (statistics, the engine's /metrics,
+    the next prompts) until it asks for its next turn, is ``parked`` (waits on something else, such as
+    a figure the other side is working out) or ends.  So the other side's work never shares the
+    host's cores or the interpreter's lock with a measurement in flight (on a 2-core machine, or a
+    client thread waiting up to the interpreter's switch interval for its first token's timestamp).
+    The sides' turns go in pairs, one each, in an order drawn (seeded) for each pair; a side ahead of
+    the other waits for it, unless the other has ended or is parked (or has held the baton ``grace_s``
+    without asking: then this side goes out of turn, counted)."""
 
     def __init__(self, sides: tuple[str, str], seed: str, grace_s: float = GRACE_S):
         self.sides = sides
@@ -47,13 +54,13 @@ class Turns:
         self._waiting: set[str] = set()
         self._parked: set[str] = set()
         self._done: set[str] = set()
-        self._running: str | None = None
-        self._since = {s: time.monotonic() for s in sides}     # when a side last ended a turn
+        self._holder: str | None = None
+        self._held_since = time.monotonic()
         self._rng = random.Random(f"llmgate-duet:{seed}")
         self._first: list[str] = []
         self._grace = grace_s
         self.order: list[str] = []              # the sides' turns as they ran
-        self.out_of_turn = 0                    # turns taken while the other side was idle beyond grace
+        self.out_of_turn = 0                    # turns taken while the other side held the baton beyond grace
         self.cancelled = False
 
     def _other(self, side: str) -> str:
@@ -64,52 +71,75 @@ class Turns:
             self._first.append(self._rng.choice(self.sides))
         return self._first[p]
 
+    def _take(self, side: str) -> None:
+        self._holder, self._held_since = side, time.monotonic()
+
+    def _release(self, side: str) -> None:
+        if self._holder == side:
+            self._holder = None
+            self._cv.notify_all()
+
     def _may_go(self, side: str) -> tuple[bool, bool]:
         """(may this side start a turn now, is it out of its turn)."""
-        if self._running is not None:
-            return False, False
         other = self._other(side)
+        if self._holder is not None:
+            late = (self._holder == other and other not in self._waiting
+                    and time.monotonic() - self._held_since > self._grace)
+            return late, late
         if other in self._done or other in self._parked:
             return True, False
         mine, theirs = self._units[side], self._units[other]
-        if mine < theirs or (mine == theirs and self._first_of(mine) == side):
-            return True, False
-        idle = other not in self._waiting and time.monotonic() - self._since[other] > self._grace
-        return idle, idle
+        return mine < theirs or (mine == theirs and self._first_of(mine) == side), False
+
+    def _wait(self, ready) -> None:
+        while True:
+            if self.cancelled:
+                raise Cancelled("the duet was stopped")
+            if ready():
+                return
+            self._cv.wait(timeout=0.25)
+
+    def begin(self, side: str) -> None:
+        """A side's thread starts: it runs once no other side does."""
+        with self._cv:
+            self._wait(lambda: self._holder is None)
+            self._take(side)
 
     @contextlib.contextmanager
     def turn(self, side: str) -> Iterator[None]:
-        """Hold the machine for one of ``side``'s turns (a request, a window)."""
+        """Hold the machine for one of ``side``'s turns (a request, a window); the side keeps the baton
+        after it, until it asks for its next turn."""
         with self._cv:
+            self._release(side)
             self._waiting.add(side)
             self._cv.notify_all()
+            late = False
+
+            def ready() -> bool:
+                nonlocal late
+                go, late = self._may_go(side)
+                return go
             try:
-                while True:
-                    if self.cancelled:
-                        raise Cancelled("the duet was stopped")
-                    go, late = self._may_go(side)
-                    if go:
-                        break
-                    self._cv.wait(timeout=0.25)
+                self._wait(ready)
             finally:
                 self._waiting.discard(side)
-            self._running = side
+            self._take(side)
             self.out_of_turn += late
         try:
             yield
         finally:
             with self._cv:
-                self._running = None
                 self._units[side] += 1
                 self.order.append(side)
-                self._since[side] = time.monotonic()
                 self._cv.notify_all()
 
     @contextlib.contextmanager
     def parked(self, side: str) -> Iterator[None]:
-        """``side`` waits on something other than a turn (the other side's figure): the other side
-        does not wait for it meanwhile."""
+        """``side`` waits on something other than a turn (a figure the other side is working out): it
+        lets go of the baton, and the other does not wait for it meanwhile; it runs again once no
+        other side does."""
         with self._cv:
+            self._release(side)
             self._parked.add(side)
             self._cv.notify_all()
         try:
@@ -117,12 +147,15 @@ class Turns:
         finally:
             with self._cv:
                 self._parked.discard(side)
-                self._since[side] = time.monotonic()
                 self._cv.notify_all()
+                while self._holder is not None and not self.cancelled:
+                    self._cv.wait(timeout=0.25)
+                self._take(side)
 
     def finish(self, side: str) -> None:
         with self._cv:
             self._done.add(side)
+            self._release(side)
             self._cv.notify_all()
 
     def finished(self, side: str) -> bool:
@@ -214,6 +247,7 @@ def call(item: pytest.Function, session: GateSession) -> bool:
 
     def body(name: str) -> None:
         try:
+            turns.begin(name)
             item.obj(**args[name])
         except Cancelled:
             pass
