@@ -26,12 +26,12 @@ from llmgate.runner import distribution
 from llmgate.runner import shard as shard_mod
 from llmgate.process import interrupts as interrupt
 from llmgate.config.ids import LEVER_OFF
-from llmgate.runner import confirm
+from llmgate.runner import confirm, duet
 from llmgate.runner.gate import RECORDER_KEY, Gate
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import MatrixError, ServerConfig
 from llmgate.process.server import BootError, ServerDied, ServerHandle, Unsupported
-from llmgate.runner.boots import EntryBoots, MeasurementBoot
+from llmgate.runner.boots import MeasurementBoot
 from llmgate.runner.pool import OwnServers
 from llmgate.runner.session import SESSION_KEY, GateSession
 from llmgate.runner.terminal import say
@@ -79,6 +79,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "engines, a binary for llama-server).  Every scenario that measures boots runs on K boots a "
                      "side (--llmgate-boots), booted alternately A B A B …, and B is judged against A's boots of "
                      "this session, not against a stored baseline")
+    g.addoption("--llmgate-ab-mode", choices=["duet", "alternate"], default=None,
+                help="how A/B mode compares its sides: duet (default) boots A and B one after the other on each of "
+                     "K boot pairs, both resident, and interleaves every measurement between them, request by request "
+                     "at c=1 and window by window under load (the machine's drift falls on both alike); alternate boots "
+                     "them in turn, A B A B …  A duet whose two budgets do not fit the machine falls back to "
+                     "alternating boots and says so")
     g.addoption("--llmgate-determinism", choices=["fail", "warn"], default="fail",
                 help="a greedy output that changed against the baseline fails the test (default) or only warns")
     g.addoption("--llmgate-hypothesis-examples", type=int, default=20, metavar="N",
@@ -211,7 +217,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # the one place an entry's K and each test's boot are decided; passed down as llmgate_boot
         params = []
         for cfg in entries:
-            plan = EntryBoots.decide(session.settings, cfg)
+            plan = session.pool.plan(cfg)
             params += [pytest.param(cfg, k, id=plan.test_id(cfg, k), marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
                        for k in plan.boots()]
         metafunc.parametrize(("llmgate_config", "llmgate_boot"), params, scope="session")
@@ -354,6 +360,15 @@ def llmgate_exclusive(llmgate_session: GateSession) -> OwnServers:
 @pytest.fixture
 def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
     return Gate(request.node, llmgate_session, request)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A duet's test runs once per side, at the same time, its load interleaved (``runner.duet``)."""
+    gs = pyfuncitem.config.stash.get(SESSION_KEY, None)
+    if gs is None or not gs.settings.ab:
+        return None
+    return duet.call(pyfuncitem, gs) or None
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,5 +1,6 @@
-"""A/B mode as a same-session comparison, through pytester (no engine): with --llmgate-ab the
-scenarios that measure boots run on K boots a side, alternating A B A B …, each boot with its
+"""A/B mode's alternating boots as a same-session comparison, through pytester (no engine): with
+--llmgate-ab and --llmgate-ab-mode alternate (the duet is the default: test_duet.py) the scenarios that
+measure boots run on K boots a side, alternating A B A B …, each boot with its
 side's launcher, and side B's boots are judged against side A's of this session."""
 
 import json
@@ -40,13 +41,15 @@ def boots(level, spread=(1.0, 1.004, 0.996)):
 
 def run(pytester, values, *args):
     return boot_runs.run(pytester, ENTRIES, PER_BOOT_TEST, values, "--llmgate-ab", "A=/opt/pinned/python",
-                         "--llmgate-ab", "B=/opt/nightly/python", "--llmgate-boots", "3", *args)
+                         "--llmgate-ab", "B=/opt/nightly/python", "--llmgate-boots", "3", "--llmgate-ab-mode",
+                         "alternate", *args)
 
 
 def test_boots_alternate_between_the_sides_and_b_is_judged_against_a_of_this_session(pytester):
     pytester.makefile(".toml", llmgate=ENTRIES)
     pytester.makepyfile(test_rec=PER_BOOT_TEST)
-    r = pytester.runpytest("--collect-only", "-q", "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y", "--llmgate-boots", "2")
+    r = pytester.runpytest("--collect-only", "-q", "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y", "--llmgate-boots", "2",
+                           "--llmgate-ab-mode", "alternate")
     ids = [ln.split("::", 1)[1] for ln in r.stdout.lines if ln.startswith("test_rec.py::")]
     assert ids == ["test_measure[first-boot1.A]", "test_measure[first-boot2.B]", "test_measure[first-boot3.A]",
                    "test_measure[first-boot4.B]"]

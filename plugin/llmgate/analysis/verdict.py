@@ -161,7 +161,8 @@ class Verdict:
             return f"{self.config_id} {self.key}: {m.display(self.now.median)} (no baseline)" + \
                 (f" ({self.mde_text()})" if self.mde is not None else "") + (f"; {self.note}" if self.note else "")
         nb, nn = self.boots
-        sizes = (f"{nb} boot{'s' * (nb != 1)}", f"{nn} boot{'s' * (nn != 1)}") if nb and nn else \
+        unit = "boot pair" if self.comparison.startswith("duet") else "boot"
+        sizes = (f"{nb} {unit}{'s' * (nb != 1)}", f"{nn} {unit}{'s' * (nn != 1)}") if nb and nn else \
             (f"n={self.baseline.n}", f"n={self.now.n}")
         sig = f"{self.method}, p={self.p_value:.3g}" if self.p_value is not None else self.method
         if self.comparison:
@@ -240,7 +241,8 @@ class Verdict:
         if self.machine_offset:
             out += f", includes the {self.machine_offset}"
         if self.mde > self.min_effect:
-            unit = "pairs" if self.mde_kind == MdeBasis.PAIRS else "boots a side"
+            unit = ("boot pairs" if self.comparison.startswith("duet") else "pairs" if self.mde_kind == MdeBasis.PAIRS
+                    else "boots a side")
             out += " > min effect" + (f": {self.boots_needed} {unit} would reach it" if self.boots_needed
                                       else ": more boots would not reach it" if self.mde_kind == MdeBasis.BOOTS
                                       else "")
@@ -306,6 +308,8 @@ def decide(metric: Metric, change: float, ci: tuple[float, float] | None, min_ef
     - **unchanged**: the interval rules a regression out (an equivalence check): its bound in the
       worse direction is below ``min_effect``, or, for a metric with ``min_abs_effect``, that bound in
       the metric's unit is below it (a regression must exceed both);
+      A figure whose minimum effect is 0 (any change counts: a pass rate, failed requests) and that
+      did not move at all is unchanged without an interval;
     - **inconclusive**: none of these (no interval, or one that reaches a regression the data do not
       show): the data cannot tell."""
     sign = 1.0 if metric.better == "lower" else -1.0
@@ -321,6 +325,9 @@ def decide(metric: Metric, change: float, ci: tuple[float, float] | None, min_ef
         return REGRESSED
     if -worse > min_effect and -worse_abs > min_abs and (p_better is None or p_better < alpha):
         return IMPROVED
+    if ci is None and min_effect == 0 and worse == 0:
+        # a figure where any change counts (a pass rate, a count of failed requests): it did not move
+        return UNCHANGED
     bound = _worse_bound(metric, ci)
     if bound is not None:
         if bound < min_effect:

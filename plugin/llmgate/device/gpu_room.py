@@ -135,3 +135,22 @@ def busy_gpu(entry: str, env: dict[str, str], tensor_parallel: int, budget: Any,
     except Exception:                 # no pynvml, no driver, an NVML error: the engine finds out itself
         return None
     return no_room(entry, gpus, budget)
+
+
+def room_for_two(entry: str, env: dict[str, str], tensor_parallel: int, budget: Any, nvml: Any = None) -> str | None:
+    """A duet (two servers of one entry resident together): why two of the entry's budgets do not fit
+    its GPUs' free memory now, in one line; None when they fit or it cannot be checked (no NVML, or
+    the engine does not say its budget)."""
+    if budget(1 << 40) is None:
+        return None
+    try:
+        nvml = nvml or _nvml()
+        gpus = gpu_memory(entry_gpus(env, tensor_parallel, nvml), nvml)
+    except Exception:                 # no pynvml, no driver, an NVML error: the boot finds out
+        return None
+    for g in gpus:
+        need, how = budget(g["total"])
+        if 2 * need > g["free"]:
+            return (f"{entry}: two servers need 2 × {need / GIB:.1f} GiB ({how}) and GPU {g['index']} ({g['name']}) has "
+                    f"{g['free'] / GIB:.1f} GiB free of {g['total'] / GIB:.1f} GiB")
+    return None

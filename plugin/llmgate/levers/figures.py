@@ -6,7 +6,10 @@ engine's, measured earlier in the session).  ``SharedFigures`` is the session's 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from llmgate.analysis.stats import median
@@ -22,6 +25,13 @@ class SharedFigures:
 
     def __init__(self) -> None:
         self.by_entry: dict[tuple[str, ...], dict[Any, Any]] = {}
+        self._locks: dict[tuple[str, ...], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def lock(self, key: tuple[str, ...]) -> threading.Lock:
+        """One lock per figure worked out once (a duet's two sides may ask for it at the same time)."""
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
 
 
 class EntryLevers:
@@ -29,9 +39,12 @@ class EntryLevers:
     matrix, and, for the engine ratio, how to record a metric and a note (the test's own)."""
 
     def __init__(self, figures: SharedFigures, entry: ServerConfig | None, matrix: Callable[[], Matrix],
-                 record: Callable[..., Verdict | None], note: Callable[[str], None], boot: int | None = None):
+                 record: Callable[..., Verdict | None], note: Callable[[str], None], boot: int | None = None,
+                 waiting: Callable[[], AbstractContextManager[Any]] | None = None):
         self._figures, self._entry, self._matrix = figures, entry, matrix
         self._record, self._note, self._boot = record, note, boot
+        # a duet's side: what it holds while it waits for a figure the other side is working out
+        self._waiting = waiting or contextlib.nullcontext
 
     def _cfg(self) -> ServerConfig:
         if self._entry is None:
@@ -75,9 +88,16 @@ class EntryLevers:
         on side A's first boot, so that both sides get the same, e.g. the arrival rates of a latency
         scenario): ``compute()`` the first time ``name`` is asked for, the same value after."""
         memo = self._figures.by_entry.setdefault(("memo", self._cfg().id), {})
-        if name not in memo:
-            memo[name] = compute()
-        return memo[name]
+        lock = self._figures.lock(("memo", self._cfg().id, name))
+        if not lock.acquire(blocking=False):        # a duet's other side is working it out
+            with self._waiting():
+                lock.acquire()
+        try:
+            if name not in memo:
+                memo[name] = compute()
+            return memo[name]
+        finally:
+            lock.release()
 
     def paired_base(self, reference_boot_medians: dict[int, float]) -> tuple[float, int | None]:
         """What this boot's figure is divided by, given the reference's median by boot in this session:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
 import os
 import random
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -165,19 +168,29 @@ def client_workers(concurrency: int) -> int:
     return max(1, min(math.ceil(concurrency / STREAMS_PER_WORKER), (os.cpu_count() or 1) // 4))
 
 
+# a duet's turns (runner.duet.Turns.turn bound to a side): a context manager that holds while one
+# request (or one window) of this side has the machine to itself
+Turn = Callable[[], AbstractContextManager[Any]]
+
+
 def run(handle: ServerHandle, requests: list[Request], concurrency: int,
-        timeout: float = DEFAULT_REQUEST_TIMEOUT_S, label: str = "", workers: int | None = None) -> LoadResult:
+        timeout: float = DEFAULT_REQUEST_TIMEOUT_S, label: str = "", workers: int | None = None,
+        turn: Turn | None = None) -> LoadResult:
     """Send ``requests`` with at most ``concurrency`` in flight; wall time covers first send to last end.
     With several client ``workers`` (default: ``client_workers``) the requests are dealt round-robin
-    to processes that each keep their share of the concurrency in flight."""
+    to processes that each keep their share of the concurrency in flight.  ``turn`` (a duet, one
+    request at a time only): each request is sent inside its own turn, so that another server's
+    requests interleave with these one by one."""
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
+    if turn is not None and concurrency != 1:
+        raise ValueError("turns interleave requests sent one at a time (concurrency 1)")
     handle.check_alive()
     workers = min(workers or client_workers(concurrency), concurrency, max(1, len(requests)))
     headers = handle.auth_headers()
     if workers <= 1:
         t0 = time.perf_counter()
-        samples = asyncio.run(gather_requests(handle.base_url, headers, requests, concurrency, timeout))
+        samples = asyncio.run(gather_requests(handle.base_url, headers, requests, concurrency, timeout, turn))
         wall = time.perf_counter() - t0
     else:
         pool = client_pool(workers).executor
@@ -195,13 +208,15 @@ def run(handle: ServerHandle, requests: list[Request], concurrency: int,
 
 
 async def gather_requests(base_url: str, headers: dict[str, str], requests: list[Request], concurrency: int,
-                  timeout: float) -> list[Sample]:
+                  timeout: float, turn: Turn | None = None) -> list[Sample]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     sem = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout, connect=10.0)) as http:
         async def one(req: Request) -> Sample:
             async with sem:
-                x = await stream_request(http, base_url + req.path, req.payload, timeout, headers)
+                # waiting for a turn blocks this loop: at concurrency 1 nothing else of it is in flight
+                with turn() if turn is not None else contextlib.nullcontext():
+                    x = await stream_request(http, base_url + req.path, req.payload, timeout, headers)
                 x.requested_prompt_tokens = req.prompt_tokens
                 return x
 
@@ -274,12 +289,14 @@ def _shutdown_pools() -> None:
 
 
 def decode_run(handle: ServerHandle, prompts: PromptMaker, prompt_tokens: int, output_tokens: int, repeats: int,
-               warmup: int, timeout: float, seed: str) -> LoadResult:
-    """Warm-up requests (discarded), then ``repeats`` requests one at a time, each a fresh prompt."""
+               warmup: int, timeout: float, seed: str, turn: Turn | None = None) -> LoadResult:
+    """Warm-up requests (discarded), then ``repeats`` requests one at a time, each a fresh prompt
+    (``turn``: each inside its own turn of a duet)."""
     if warmup:
-        run(handle, fixed_requests(handle, prompts, warmup, prompt_tokens, output_tokens, f"{seed}-warm"), 1, timeout)
+        run(handle, fixed_requests(handle, prompts, warmup, prompt_tokens, output_tokens, f"{seed}-warm"), 1, timeout,
+            turn=turn)
     return run(handle, fixed_requests(handle, prompts, repeats, prompt_tokens, output_tokens, seed), 1, timeout,
-               label=f"decode p={prompt_tokens} out={output_tokens}")
+               label=f"decode p={prompt_tokens} out={output_tokens}", turn=turn)
 
 
 # in a client process: the queue to the controller, the stop flag and the start signal

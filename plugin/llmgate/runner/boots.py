@@ -1,11 +1,13 @@
 """An entry's measurement boots: how many (K, from ``--llmgate-boots``, the entry's ``boots``, A/B
-mode) and which one a test measures.  Decided once, where tests are parametrized
-(``plugin.pytest_generate_tests``), and passed down as the value of the ``llmgate_boot``
-parameter; the pool is given the A/B sides when it is made.  Nothing below asks back up."""
+mode), how A/B mode compares its two sides (a duet: both resident on each of K boot pairs, the
+measurement interleaved between them; or alternating boots, A B A B …), and which boot (or boot
+pair) a test measures.  Decided once per entry (``EntryBoots.decide``, where tests are parametrized
+and where the pool boots), and passed down as the value of the ``llmgate_boot`` parameter."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from llmgate.config.matrix import ServerConfig
 from llmgate.runner.settings import Settings
@@ -32,40 +34,58 @@ def boot_config(cfg: ServerConfig, sides: Sides, k: int) -> tuple[ServerConfig, 
 
 @dataclasses.dataclass(frozen=True)
 class EntryBoots:
-    """The measurement boots of one entry in this session: ``per_side`` (K) boots, or in A/B mode K
-    a side, alternating between ``sides``."""
+    """The measurement boots of one entry in this session: ``per_side`` (K) boots; in A/B mode K a
+    side, alternating between ``sides``, or, in a ``duet``, K boot pairs (both sides booted one after
+    the other and resident together, each test measuring both, interleaved).  ``fallback``: why a
+    duet that was asked for became alternating boots ("" when it did not)."""
     per_side: int
     sides: Sides = ()
+    duet: bool = False
+    fallback: str = ""
 
     @classmethod
-    def decide(cls, settings: Settings, cfg: ServerConfig) -> EntryBoots:
+    def decide(cls, settings: Settings, cfg: ServerConfig, two_fit: Callable[[ServerConfig], str | None] | None = None
+               ) -> EntryBoots:
         """K for ``cfg``: ``--llmgate-boots``, else the entry's ``boots``, else 3 on a GPU and 1 on the
-        CPU (but 3 in A/B mode: an A/B comparison of one boot a side sees nothing)."""
+        CPU (but 3 in A/B mode, alternating: an A/B comparison of one boot a side sees nothing; 2 boot
+        pairs in a duet on the CPU).  In A/B mode with ``--llmgate-ab-mode duet`` (the default), a duet
+        unless ``two_fit(cfg)`` says why both sides' budgets do not fit the machine together."""
+        why = ""
+        duet = bool(settings.ab) and settings.ab_mode == "duet"
+        if duet and two_fit is not None:
+            why = two_fit(cfg) or ""
+            duet = not why
         if settings.boots is not None:
             k = settings.boots
         elif cfg.boots is not None:
             k = cfg.boots
+        elif duet:
+            k = 3 if cfg.device == "gpu" else 2
         else:
             k = 3 if cfg.device == "gpu" or settings.ab else 1
-        return cls(k, settings.ab)
+        return cls(k, settings.ab, duet, why)
 
     @property
     def total(self) -> int:
-        """All the entry's measurement boots: K, or K a side in A/B mode."""
-        return self.per_side * (len(self.sides) or 1)
+        """All the entry's measurement boots: K, or K a side in A/B mode (K boot pairs in a duet)."""
+        return self.per_side if self.duet else self.per_side * (len(self.sides) or 1)
 
     def side(self, k: int) -> tuple[str, str, int] | None:
-        return side_of(self.sides, k)
+        """Alternating A/B mode: boot k's side (name, launcher, its round on that side); None in a duet
+        (both sides are up on every boot pair) and outside A/B mode."""
+        return None if self.duet else side_of(self.sides, k)
 
     def config(self, cfg: ServerConfig, k: int) -> tuple[ServerConfig, str | None]:
-        return boot_config(cfg, self.sides, k)
+        return (cfg, None) if self.duet else boot_config(cfg, self.sides, k)
 
     def test_id(self, cfg: ServerConfig, k: int) -> str:
         """The id of boot k's test: ENTRY-bootK, in A/B mode ENTRY-bootK.SIDE (store.keys.stored_key
-        reads it), or ENTRY alone where the entry has one boot."""
+        reads it), in a duet ENTRY-pairK, or ENTRY alone where the entry has one boot."""
         side = self.side(k)
         if side is not None:
             return f"{cfg.id}-boot{k}.{side[0]}"
+        if self.duet:
+            return f"{cfg.id}-pair{k}"
         return cfg.id if self.total == 1 else f"{cfg.id}-boot{k}"
 
     def boots(self) -> list[MeasurementBoot]:

@@ -10,6 +10,7 @@ This is llmgate's public API for scenarios (docs/api.md); the packaged scenarios
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,6 +22,7 @@ from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerHandle
+from llmgate.runner.duet import DuetSide, side_turn
 from llmgate.runner.measure import Measure
 from llmgate.runner.recorder import Recorder
 from llmgate.runner.settings import Settings
@@ -35,17 +37,22 @@ RECORDER_KEY = pytest.StashKey[Recorder]()
 class Gate:
     """What a scenario is given, how it runs a workload, and how it records the figures."""
 
-    def __init__(self, item: pytest.Item, session: GateSession, request: pytest.FixtureRequest | None = None):
+    def __init__(self, item: pytest.Item, session: GateSession, request: pytest.FixtureRequest | None = None,
+                 side: DuetSide | None = None):
         self._item, self._session, self._fixture_request = item, session, request
-        self._recorder = Recorder(item, session)
-        item.stash[RECORDER_KEY] = self._recorder       # the confirmation policy's, after the test's call
+        # a duet's side (runner/duet.py): this gate measures that side's server, taking turns with the other
+        self._side = side
+        self._recorder = Recorder(item, session, side)
+        if side is None:
+            item.stash[RECORDER_KEY] = self._recorder   # the confirmation policy's, after the test's call
         boot = self._recorder.boot
         self.measure = Measure(self._recorder, session.settings, lambda: self.entry, lambda: self.server,
                                lambda: self.prompts, lambda: session.matrix)
         """Building requests, reading results, the engine's /metrics, the GPU sampler, the client's
         processes, and the recording pipeline's other offers (``runner/measure.py``)."""
         self.levers = EntryLevers(session.figures, self._recorder.entry, lambda: session.matrix,
-                                  self._recorder.record, self._recorder.note, int(boot) if boot is not None else None)
+                                  self._recorder.record, self._recorder.note, int(boot) if boot is not None else None,
+                                  waiting=side.parked if side is not None else None)
         """The figures shared between this entry and the entries that take it as their reference
         (``llmgate.levers.figures``)."""
 
@@ -64,9 +71,17 @@ class Gate:
         """The entry's running server (booted on first use, once per session; ``base_url``,
         ``model_name``, ``engine``, ``tokenizer_path`` …)."""
         self.entry
+        if self._side is not None and self._side.handle is not None:
+            return self._side.handle
         if self._fixture_request is None:
             raise RuntimeError("this Gate was made without its fixture request")
         return self._fixture_request.getfixturevalue("llmgate_server")
+
+    @property
+    def side(self) -> str | None:
+        """In a duet (``--llmgate-ab``, both sides resident), the side this gate measures ("A", "B", as
+        named); None otherwise."""
+        return self._side.name if self._side is not None else None
 
     @property
     def prompts(self) -> PromptMaker:
@@ -106,7 +121,9 @@ class Gate:
         if output_spread is None:
             output_spread = self.matrix.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
         spec = steady_state.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread, **fields)
-        result = steady_state.steady(h, spec, concurrency, window, self.settings.request_timeout, rate=rate, label=label)
+        with self._turn():                   # a duet: the whole window is one turn (one side under load)
+            result = steady_state.steady(h, spec, concurrency, window, self.settings.request_timeout, rate=rate,
+                                         label=label)
         self._recorder.account(result)
         bad = [x for x in result.ok if x.completion_tokens != x.requested_output_tokens]
         assert not bad, (f"{label}: {len(bad)} request(s) generated another length than asked, e.g. "
@@ -126,7 +143,7 @@ class Gate:
             raise ValueError("sequential(server=…) needs that server's prompts (the prompts= it was given)")
         result = workloads.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
                                  st.repeats if requests is None else requests, st.warmup, st.request_timeout,
-                                 seed or self._seed("sequential"))
+                                 seed or self._seed("sequential"), turn=side_turn(self._side) if server is None else None)
         self._recorder.account(result)
         return result
 
@@ -135,7 +152,12 @@ class Gate:
         """Send ``requests`` with at most ``concurrency`` in flight.  With ``account`` (the default)
         every request is accounted for: a failed one fails the test; ``account=False`` is for
         warm-ups and for scenarios that judge failures themselves."""
-        result = workloads.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
+        if self._side is not None and concurrency == 1:        # a duet: request by request, in turns
+            result = workloads.run(self.server, requests, 1, self.settings.request_timeout, label=label,
+                                   turn=side_turn(self._side))
+        else:
+            with self._turn():
+                result = workloads.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
         if account:
             self._recorder.account(result)
         return result
@@ -160,6 +182,10 @@ class Gate:
     def note(self, text: str) -> None:
         """Something the reader of the results must know (an unsupported figure…): shown in the summary."""
         self._recorder.note(text)
+
+    def _turn(self) -> contextlib.AbstractContextManager[Any]:
+        """A duet: this side's turn on the machine; otherwise nothing to wait for."""
+        return self._side.turn() if self._side is not None else contextlib.nullcontext()
 
     def _seed(self, label: str) -> str:
         return f"{getattr(self._item, 'originalname', self._item.name)}:{label}"

@@ -1,8 +1,9 @@
-"""The session's servers: one per matrix entry, booted on first use, rebooted for each
-measurement boot or a confirmation run, stopped at the end (or when a test needs the
-machine to itself).  Every boot is recorded (boot number, engine, version, start-up, log; a
-boot that failed has no start-up, one an interrupt broke off says so).  The engines' logs carry
-the session's name (``process.logs``): those of the last ten sessions are kept."""
+"""The session's servers: one per matrix entry (two in a duet: side A's and side B's, resident
+together), booted on first use, rebooted for each measurement boot (or boot pair) or a
+confirmation run, stopped at the end (or when a test needs the machine to itself).  Every boot is
+recorded (boot number, engine, version, start-up, log, A/B mode's side; a boot that failed has no
+start-up, one an interrupt broke off says so).  The engines' logs carry the session's name
+(``process.logs``): those of the last ten sessions are kept."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from llmgate.runner.boots import MeasurementBoot, Sides, boot_config
+from llmgate.engines import get as engine_adapter
+from llmgate.device import gpu_room
+from llmgate.runner.boots import EntryBoots, MeasurementBoot, boot_config
+from llmgate.runner.settings import Settings
 from llmgate.runner.terminal import boot_progress, say
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import Matrix, ServerConfig
@@ -23,12 +27,15 @@ from llmgate.process.server import BootError, Server, ServerHandle
 class ServerPool:
     """The running servers of a session, by entry id, and the record of every boot."""
 
-    def __init__(self, config: pytest.Config, log_dir: Path, sides: Sides = ()):
+    def __init__(self, config: pytest.Config, log_dir: Path, settings: Settings):
         self.config, self.log_dir = config, log_dir
+        self.settings = settings
         # A/B mode's sides: measurement boot k of an entry boots with its side's launcher; () none
-        self.sides = sides
+        self.sides = settings.ab
         self.matrix: Matrix | None = None                     # the session's, once it is loaded
         self.servers: dict[str, Server] = {}
+        self.partners: dict[str, Server] = {}                 # a duet: entry → side B's server (side A's in servers)
+        self._plans: dict[str, EntryBoots] = {}
         self.boots: dict[str, list[dict[str, Any]]] = {}      # entry → one record per boot
         self.rounds: dict[str, int] = {}                       # entry → which of its K measurement boots is up
         self._prompt_makers: dict[str, PromptMaker] = {}
@@ -62,8 +69,32 @@ class ServerPool:
         server = self.servers.get(cid)
         return server.handle if server is not None else None
 
+    def plan(self, cfg: ServerConfig) -> EntryBoots:
+        """The entry's measurement boots (``EntryBoots.decide``), decided once a session: where tests
+        are parametrized and where they boot, the same answer (a duet that does not fit says why)."""
+        if cfg.id not in self._plans:
+            self._plans[cfg.id] = plan = EntryBoots.decide(self.settings, cfg, self._room_for_two)
+            if plan.fallback:
+                self.say(f"llmgate: {cfg.id}: no duet, alternating boots instead: {plan.fallback}")
+        return self._plans[cfg.id]
+
+    @staticmethod
+    def _room_for_two(cfg: ServerConfig) -> str | None:
+        if cfg.device != "gpu":
+            return None
+        adapter = engine_adapter(cfg.engine)
+        return gpu_room.room_for_two(cfg.id, cfg.env, cfg.tensor_parallel,
+                                     lambda total: adapter.gpu_budget_bytes(cfg, total))
+
+    def partner(self, cid: str) -> ServerHandle | None:
+        """A duet: the handle of side B's server of entry ``cid`` (side A's is ``handle``)."""
+        server = self.partners.get(cid)
+        return server.handle if server is not None else None
+
     def boot(self, cfg: ServerConfig) -> ServerHandle:
-        """Boot entry ``cfg`` (its current measurement round's configuration)."""
+        """Boot entry ``cfg`` (its current measurement round's configuration; in a duet both sides)."""
+        if self.sides and self.plan(cfg).duet:
+            return self._boot_pair(cfg)
         if self.sides and cfg.id not in self.boots:
             # A/B mode: an entry's first boot of a session compiles and fills caches (on the H200 it came
             # out 1.8% slower on decode and 4% at c=8 than the five boots after it), and it would always
@@ -73,13 +104,43 @@ class ServerPool:
             self.shutdown(cfg.id)
         return self._boot(cfg)
 
-    def _boot(self, cfg: ServerConfig, warmup: bool = False) -> ServerHandle:
-        """``warmup``: a boot that is not measured (its record says so)."""
+    def _boot_pair(self, cfg: ServerConfig) -> ServerHandle:
+        """A duet's boot pair: side A's and side B's servers booted one after the other (A first on odd
+        pairs, B first on even ones, so that neither side is always the one booted on a fresher
+        machine) and left running together; side A's handle is returned, side B's is ``partner``."""
+        k = self.rounds.get(cfg.id, 1)
+        order = list(self.sides) if k % 2 else list(self.sides)[::-1]
+        booted: dict[str, ServerHandle] = {}
+        try:
+            for name, launcher in order:
+                booted[name] = self._boot(cfg, side=(name, launcher), pair=k)
+                server = self.servers.pop(cfg.id)
+                if name == self.sides[0][0]:
+                    a_server = server
+                else:
+                    self.partners[cfg.id] = server
+        except BaseException:
+            for name in booted:
+                srv = a_server if name == self.sides[0][0] else self.partners.pop(cfg.id, None)
+                if srv is not None:
+                    srv.stop()
+            raise
+        self.servers[cfg.id] = a_server
+        return booted[self.sides[0][0]]
+
+    def _boot(self, cfg: ServerConfig, warmup: bool = False, side: tuple[str, str] | None = None,
+              pair: int | None = None) -> ServerHandle:
+        """``warmup``: a boot that is not measured (its record says so); ``side`` (name, launcher) and
+        ``pair``: a duet's side of boot pair ``pair``."""
         n = len(self.boots.get(cfg.id, [])) + 1
-        run_cfg, side = boot_config(cfg, self.sides, self.rounds.get(cfg.id, 1))
+        if side is not None:
+            run_cfg, side_name = dataclasses.replace(cfg, launcher=side[1]), side[0]
+        else:
+            run_cfg, side_name = boot_config(cfg, self.sides, self.rounds.get(cfg.id, 1))
+        side = side_name
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
         if side is not None:
-            record["side"] = side
+            record["side"] = side if pair is None else f"{side} (pair {pair})"
         if warmup:
             record["side"] = "warm-up, not measured"
         self.boots.setdefault(cfg.id, []).append(record)
@@ -111,12 +172,17 @@ class ServerPool:
         server = self.servers.get(cfg.id)
         if server is None or server.handle is None:
             return None
-        old = server.handle
+        old, old_partner = server.handle, self.partner(cfg.id)
         self.shutdown(cfg.id)
-        new = self._boot(cfg)
+        new = self._boot_pair(cfg) if old_partner is not None else self._boot(cfg)
         for f in dataclasses.fields(ServerHandle):
             setattr(old, f.name, getattr(new, f.name))
         self.servers[cfg.id].handle = old
+        if old_partner is not None:
+            new_partner = self.partners[cfg.id].handle
+            for f in dataclasses.fields(ServerHandle):
+                setattr(old_partner, f.name, getattr(new_partner, f.name))
+            self.partners[cfg.id].handle = old_partner
         return old
 
     def ensure_round(self, cfg: ServerConfig, k: MeasurementBoot) -> None:
@@ -129,14 +195,15 @@ class ServerPool:
                 self.rounds[cfg.id] = current
                 break
             current += 1
-            self.say(f"llmgate: {cfg.id}: measurement boot {current} of {k.plan.per_side}")
+            self.say(f"llmgate: {cfg.id}: measurement boot {'pair ' if k.plan.duet else ''}{current} of "
+                     f"{k.plan.per_side}")
 
     def shutdown(self, cfg_id: str) -> None:
-        server = self.servers.pop(cfg_id, None)
-        if server is not None:
-            killed = server.stop()
-            if killed:
-                self.say(f"llmgate: {cfg_id}: killed {len(killed)} process(es) that outlived SIGTERM: {killed}")
+        for server in (self.servers.pop(cfg_id, None), self.partners.pop(cfg_id, None)):
+            if server is not None:
+                killed = server.stop()
+                if killed:
+                    self.say(f"llmgate: {cfg_id}: killed {len(killed)} process(es) that outlived SIGTERM: {killed}")
 
     def shutdown_all(self, why: str) -> None:
         for cid in list(self.servers):

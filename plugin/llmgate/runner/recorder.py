@@ -18,13 +18,15 @@ from llmgate.core import metrics
 from llmgate.analysis import noise_prior
 from llmgate.config.matrix import ServerConfig
 from llmgate.load.samples import LoadResult
-from llmgate.process.server import ServerDied
+from llmgate.process.server import ServerDied, ServerHandle
 from llmgate.runner.boots import MeasurementBoot
 from llmgate.analysis.stats import Noise, median
+from llmgate.analysis.paired import judge_duet
 from llmgate.analysis.verdict import NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict, attribution, judge, judge_boots
 from llmgate.engines.base import engine_label
 
 if TYPE_CHECKING:
+    from llmgate.runner.duet import DuetSide
     from llmgate.runner.session import GateSession
 
 
@@ -36,8 +38,9 @@ def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[in
 class Recorder:
     """What one test recorded: its verdicts, notes and stored entries, and its requests' count."""
 
-    def __init__(self, item: pytest.Item, session: GateSession):
+    def __init__(self, item: pytest.Item, session: GateSession, side: DuetSide | None = None):
         self.item, self._session = item, session
+        self._side = side                        # a duet's side (runner/duet.py): its server, its turns
         self.verdicts: list[Verdict] = []
         self._stored: list[Any] = []            # pytest-benchmark entries this test added
         self._first_measurement: list[Verdict] | None = None
@@ -77,6 +80,8 @@ class Recorder:
         test = getattr(self.item, "originalname", self.item.name)
         boots, mb = [values], self.boot
         samp: dict[int, tuple[float | None, float | None]] = {1: (sampling, requests)}
+        if mb is not None and cfg is not None and self._side is not None:
+            return self._record_duet(metric, key, cfg, test, mb, values, raw, sampling, requests, parts, info)
         if mb is not None and cfg is not None:
             k, n_boots = int(mb), mb.of
             slot = (cfg.id, test, key)
@@ -223,6 +228,87 @@ class Recorder:
                 return engine_label(b, b.get("launcher"))
         return ""
 
+    def _record_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, mb: MeasurementBoot,
+                     values: list[float], raw: dict[str, Any] | None, sampling: float | None, requests: int | None,
+                     parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict | None:
+        """A duet (runner/duet.py): this side's values on boot pair k are kept.  On the last pair, the side
+        that records a metric second judges side B's pairs against side A's (``judge_duet``) and gets the
+        verdict; the first gets None, as on the earlier pairs (neither waits for the other: their
+        scenarios may record in different orders).  A metric only one side recorded is judged when the
+        test ends (``finish_duet``).  The verdict is side B's test result; side B's values are what a
+        --benchmark-save stores."""
+        side = self._side
+        assert side is not None
+        slot, k, s = (cfg.id, test, key), int(mb), self._session
+        with s.duet_cond:
+            s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
+            if k < mb.of:
+                s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}: "
+                      f"{metric.display(median(values))}; judged after pair {mb.of}")
+                return None
+            pending = s.duet_pending.setdefault(slot, {})
+            if not pending:                       # the first side to record it on the last pair: the other judges
+                pending.update(metric=metric, key=key, parts=dict(parts or {}), info=info, recorder=self)
+                return None
+            merged = {**pending["parts"], **(parts or {})}   # each side holds the parts it judged
+            del s.duet_pending[slot]
+            return self._judge_duet(metric, key, cfg, test, merged, {**pending["info"], **info})
+
+    def _judge_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str,
+                    parts: dict[str, Verdict], info: dict[str, Any]) -> Verdict:
+        """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_cond)."""
+        side = self._side
+        assert side is not None
+        s, slot = self._session, (cfg.id, test, key)
+        a_name, b_name = side.run.sides
+        done = s.duet_values[slot]
+        ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
+        cand: Recorder = side.run.recorders[b_name]
+        if not ks:
+            only = sorted({n for i in done for n in done[i]})
+            values = [v for i in sorted(done) for n in only for v in done[i][n][0]]
+            verdict = judge(metric, key, cfg.id, values, None)
+            notes = [f"duet: not compared, no boot pair has both sides' {key} (only side {', '.join(only)} recorded it)"]
+        else:
+            a = [done[i][a_name] for i in ks]
+            b = [done[i][b_name] for i in ks]
+            verdict = judge_duet(metric, key, cfg.id, [x[0] for x in a], [x[0] for x in b],
+                                 s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
+                                 f"side {a_name} of this session (resident beside side {b_name})",
+                                 a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
+                                 requests=[float(x[2]) for x in a + b if x[2]],
+                                 assumed=noise_prior.duet_assumed(cfg.device, metric))
+            notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
+                     f"turns interleaved: {side.turns.summary()}"]
+            extra = {**cand.provenance(), **info, "fingerprint": cand._fingerprint(),
+                     "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
+                              "baseline_side_boot_values": [median(x[0]) for x in a]}}
+            if any(x[3] is not None for x in b):
+                extra["raw"] = {"boots": [x[3] for x in b]}
+            b_boots = [x[0] for x in b]
+            noise = Noise.of(b_boots, [x[1] for x in b], [float(x[2]) for x in b if x[2]]).pooled(
+                Noise.of([x[0] for x in a], [x[1] for x in a], [float(x[2]) for x in a if x[2]]))
+            cand._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
+        labels = {}
+        for name in (a_name, b_name):
+            h = side.run.recorders[name]._handle()
+            labels[name] = engine_label(dataclasses.asdict(h.engine_info), h.config.launcher) if h is not None else ""
+        verdict = dataclasses.replace(verdict, engine=labels[b_name], baseline_engine=labels[a_name])
+        verdict = cand._finish_verdict(verdict, key, test, notes, parts, None, None, [])
+        s.duet_verdicts[slot] = verdict
+        return verdict
+
+    def finish_duet(self) -> None:
+        """(a duet's test, both sides done) Judge what only one side recorded on the last pair."""
+        s = self._session
+        cfg = self.entry
+        test = getattr(self.item, "originalname", self.item.name)
+        with s.duet_cond:
+            for slot in [sl for sl in s.duet_pending if cfg is not None and sl[:2] == (cfg.id, test)]:
+                pending = s.duet_pending.pop(slot)
+                pending["recorder"]._judge_duet(pending["metric"], pending["key"], cfg, test, pending["parts"],
+                                                pending["info"])
+
     def account(self, *results: LoadResult) -> None:
         """Account for every request of a measurement.  A failed one (HTTP error, malformed
         stream, timeout) fails the test at once, naming the errors; the test's share of failed
@@ -235,9 +321,7 @@ class Recorder:
             v = self._requests_verdict()
             errors = sorted({(s.error or "unknown error")[:300] for s in failed})
             label = ", ".join(sorted({r.label for r in results if r.label})) or "measurement"
-            cfg = self.entry
-            server = self._session.servers.get(cfg.id) if cfg else None
-            h = server.handle if server is not None else None
+            h = self._handle()
             if h is not None:
                 try:
                     h.check_alive(settle_s=1.0)
@@ -371,16 +455,23 @@ class Recorder:
         if cfg is None:
             return out
         out["config"] = cfg.describe()
-        server = self._session.servers.get(cfg.id)
-        if server is not None and server.handle is not None:
-            h = server.handle
+        h = self._handle()
+        if h is not None:
             out.update(engine=dataclasses.asdict(h.engine_info), model_path=str(h.model_path),
                        model_hash=h.model_hash, startup_s=h.startup_s, boot=h.boot_number,
                        peak_rss_bytes=h.memory.peak(), engine_log=h.engine.read_log(h.log_tail(3000)))
         return out
 
+    def _handle(self) -> ServerHandle | None:
+        """The server this recorder measures: its duet side's, else its entry's running one."""
+        if self._side is not None and self._side.handle is not None:
+            return self._side.handle
+        cfg = self.entry
+        server = self._session.servers.get(cfg.id) if cfg else None
+        return server.handle if server is not None else None
+
     def _fingerprint(self) -> dict[str, Any]:
-        return self._session.entry_fingerprint(self.entry)
+        return self._session.entry_fingerprint(self.entry, self._handle())
 
     def min_effect(self, metric: metrics.Metric, key: str) -> float:
         """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this

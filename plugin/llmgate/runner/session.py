@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ class GateSession:
         self._matrix: Matrix | None = None
         self._file_matrix: Matrix | None = None            # the file as loaded, before the hooks
         self._matrix_error: str | None = None
-        self.pool = ServerPool(config, self.out_dir / "logs", self.settings.ab)
+        self.pool = ServerPool(config, self.out_dir / "logs", self.settings)
         self.servers = self.pool.servers                   # entry id → running Server
         self.boots = self.pool.boots                       # entry id → one record per boot
         self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
@@ -65,6 +66,12 @@ class GateSession:
         # (entry, test) → (requests, failed) of its measurement boots before the last: their row is the last boot's
         self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
+        # a duet's figures (runner/recorder.py _record_duet): (entry, test, metric key) → boot pair → side →
+        # (repeat values, sampling variance, requests, raw samples); the verdict of each, once judged
+        self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, tuple[Any, ...]]]] = {}
+        self.duet_verdicts: dict[tuple[str, str, str], Verdict] = {}
+        self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
+        self.duet_cond = threading.Condition()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
@@ -152,12 +159,14 @@ class GateSession:
                 raise
         return self._matrix
 
-    def entry_fingerprint(self, cfg: ServerConfig | None) -> dict[str, Any]:
+    def entry_fingerprint(self, cfg: ServerConfig | None, handle: server_mod.ServerHandle | None = None) -> dict[str, Any]:
         """The fingerprint a result of ``cfg`` (None: a test outside the matrix) is stored with:
         device, model content, configuration, workload, and the engine build once its server runs
-        (before: the engine's name alone, which no comparison reads)."""
-        server = self.servers.get(cfg.id) if cfg else None
-        handle = server.handle if server is not None else None
+        (before: the engine's name alone, which no comparison reads).  ``handle``: the server measured
+        (a duet's side), else the entry's running one."""
+        if handle is None:
+            server = self.servers.get(cfg.id) if cfg else None
+            handle = server.handle if server is not None else None
         model_hash: str | None
         engine: dict[str, Any] | None
         if handle is not None:

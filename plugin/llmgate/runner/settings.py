@@ -24,6 +24,7 @@ class Settings:
     allow_mismatch: bool = False
     confirm: bool = True
     ab: tuple[tuple[str, str], ...] = ()
+    ab_mode: str = "duet"             # how A/B mode compares: "duet" (both resident) or "alternate" (boots)
     determinism: str = "fail"
     hypothesis_examples: int = 20
     # what a comparison may leave undecided without failing the run: "no-baseline", "inconclusive"
@@ -61,6 +62,7 @@ class Settings:
                 allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
                 confirm=not config.getoption("llmgate_no_confirm"),
                 ab=parse_ab(config.getoption("llmgate_ab") or []),
+                ab_mode=config.getoption("llmgate_ab_mode") or d.ab_mode,
                 determinism=config.getoption("llmgate_determinism"),
                 hypothesis_examples=config.getoption("llmgate_hypothesis_examples"), accept=accept)
         if s.boots is not None and s.boots < 1:

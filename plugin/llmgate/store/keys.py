@@ -44,8 +44,14 @@ def stored_key(item: pytest.Item) -> str:
         return f"{scenario}[{pid}]"
     boot = callspec.params.get("llmgate_boot")
     entry_part = cfg.id
-    if boot is not None:
-        # ENTRY-bootK, or in A/B mode ENTRY-bootK.SIDE (plugin.pytest_generate_tests)
+    plan = getattr(boot, "plan", None)
+    if plan is not None:
+        # the id its entry's plan gave the boot (runner.boots.EntryBoots.test_id: ENTRY-bootK,
+        # ENTRY-bootK.SIDE, ENTRY-pairK)
+        entry_part = plan.test_id(cfg, int(boot))
+        entry_part = entry_part if entry_part in pid else cfg.id
+    elif boot is not None:
+        # ENTRY-bootK, or in A/B mode ENTRY-bootK.SIDE
         m = re.search(re.escape(f"{cfg.id}-boot{boot}") + r"(\.[^-\]]+)?", pid)
         entry_part = m.group(0) if m else cfg.id
     others = "-".join(p for p in pid.replace(entry_part, "\0", 1).split("\0") if p).strip("-")

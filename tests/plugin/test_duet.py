@@ -1,0 +1,119 @@
+"""Duet mode (``--llmgate-ab``, the default A/B mode), through pytester (no engine): the scenarios that
+measure boots run once per boot pair, both sides at the same time (each in a thread of its own with a
+gate of its side), and side B is judged against side A pair by pair (log B ÷ A)."""
+
+import json
+
+import boot_runs
+
+pytest_plugins = ["pytester"]
+
+ENTRIES = """
+[defaults]
+engine = "vllm"
+model = "tiny"
+
+[[matrix]]
+id = "first"
+"""
+
+PER_PAIR_TEST = """
+import json, os
+import pytest
+from llmgate.core import metrics
+
+@pytest.mark.boots
+def test_measure(llmgate_config, llmgate_boot, gate):
+    values = json.loads(os.environ["VALUES"])
+    side, k = gate.side, int(llmgate_boot)
+    assert side in ("A", "B") and llmgate_boot.plan.duet and llmgate_boot.side is None
+    gate.record(metrics.DECODE_TOK_S, values[side][k - 1])
+    # a latency figure: one statistic a boot, with its sampling variance
+    gate.record(metrics.TTFT_C1, [values["ttft_" + side][k - 1]], "p128", sampling=0.00002, requests=400)
+"""
+
+
+def boots(level, spread=(1.0, 1.004, 0.996)):
+    return [[level * s * r for r in (1.0, 1.002, 0.998, 1.001, 0.999)] for s in spread]
+
+
+def run(pytester, values, *args):
+    return boot_runs.run(pytester, ENTRIES, PER_PAIR_TEST, values, "--llmgate-ab", "A=/opt/pinned/python",
+                         "--llmgate-ab", "B=/opt/nightly/python", "--llmgate-boots", "3", *args)
+
+
+def verdicts(pytester):
+    report = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    return {v["key"]: v for v in report["verdicts"]}
+
+
+def test_a_duet_runs_one_test_per_boot_pair_and_judges_b_against_a_pair_by_pair(pytester):
+    pytester.makefile(".toml", llmgate=ENTRIES)
+    pytester.makepyfile(test_rec=PER_PAIR_TEST)
+    r = pytester.runpytest("--collect-only", "-q", "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y", "--llmgate-boots", "2")
+    ids = [ln.split("::", 1)[1] for ln in r.stdout.lines if ln.startswith("test_rec.py::")]
+    assert ids == ["test_measure[first-pair1]", "test_measure[first-pair2]"]
+
+    # the machine moved the pairs' levels by ±10% together; B is 8% slower on every pair: regressed (at a
+    # 5% minimum effect), though each pair's level moved more than that
+    levels = (100, 110, 92)
+    values = {"A": [b[0] for b in (boots(lv, (1.0,)) for lv in levels)],
+              "B": [b[0] for b in (boots(lv * 0.92, (1.0,)) for lv in levels)],
+              "ttft_A": [0.0200, 0.0220, 0.0184], "ttft_B": [0.0200 * 1.08, 0.0220 * 1.081, 0.0184 * 1.079]}
+    r = run(pytester, values, "--benchmark-save=duet", "--llmgate-min-effect", "decode_tok_s=0.05",
+            "--llmgate-min-effect", "ttft_c1=0.05")
+    out = r.stdout.str()
+    assert r.ret == 1, out[-3000:]
+    by_key = verdicts(pytester)
+    for key in ("decode_tok_s", "ttft_c1@p128"):
+        v = by_key[key]
+        assert v["status"] == "regressed", v
+        assert v["comparison"] == "duet, 3 boot pairs" and v["baseline_in_run"], v
+        assert v["boots"] == {"baseline": 3, "now": 3}, v
+        assert "duet: 3 boot pair(s)" in v["note"], v
+        assert abs(v["change"] - (-0.08 if key == "decode_tok_s" else 0.08)) < 0.005, v
+        assert v["mde"] is not None and v["mde"] < 0.08, v
+    assert "within-pair sampling" in by_key["ttft_c1@p128"]["method"], by_key["ttft_c1@p128"]["method"]
+    assert "boot pair 1 of 3, side A" in out and "boot pair 1 of 3, side B" in out, out[-3000:]
+    # the saved baseline holds side B's pairs under the usual key, with side A's values beside them
+    (saved,) = pytester.path.glob("baselines/*/0001_duet.json")
+    names = {b["fullname"]: b for b in json.loads(saved.read_text())["benchmarks"]}
+    assert "measure[first]::decode_tok_s" in names, list(names)
+    duet = names["measure[first]::decode_tok_s"]["extra_info"]["llmgate"]["duet"]
+    assert duet["baseline_side"] == "A" and duet["candidate_side"] == "B" and duet["pairs"] == 3
+    assert [round(x) for x in duet["baseline_side_boot_values"]] == [100, 110, 92]
+
+
+def test_a_duet_of_the_same_engine_passes_where_the_pairs_moved_together(pytester):
+    levels = (100, 112, 90)
+    values = {"A": [boots(lv, (1.0,))[0] for lv in levels],
+              "B": [boots(lv * f, (1.0,))[0] for lv, f in zip(levels, (1.004, 0.997, 1.001))],
+              "ttft_A": [0.0200, 0.0230, 0.0181], "ttft_B": [0.0201, 0.0229, 0.0181]}
+    r = run(pytester, values)
+    assert r.ret == 0, r.stdout.str()[-3000:]
+    statuses = {k: v["status"] for k, v in verdicts(pytester).items() if k != "failed_requests"}
+    assert set(statuses.values()) <= {"unchanged", "inconclusive"} and "regressed" not in statuses.values(), statuses
+
+
+def test_alternate_mode_still_boots_the_sides_in_turn(pytester):
+    pytester.makefile(".toml", llmgate=ENTRIES)
+    pytester.makepyfile(test_rec=PER_PAIR_TEST)
+    r = pytester.runpytest("--collect-only", "-q", "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y", "--llmgate-boots", "2",
+                           "--llmgate-ab-mode", "alternate")
+    ids = [ln.split("::", 1)[1] for ln in r.stdout.lines if ln.startswith("test_rec.py::")]
+    assert ids == ["test_measure[first-boot1.A]", "test_measure[first-boot2.B]", "test_measure[first-boot3.A]",
+                   "test_measure[first-boot4.B]"]
+
+
+def test_a_failure_on_one_side_fails_the_test_and_stops_the_other(pytester):
+    src = PER_PAIR_TEST + """
+
+@pytest.mark.boots
+def test_fails_on_b(llmgate_config, llmgate_boot, gate):
+    if gate.side == "B":
+        assert False, "side B broke"
+"""
+    r = boot_runs.run(pytester, ENTRIES, src, {"A": [[1.0]], "B": [[1.0]], "ttft_A": [0.02], "ttft_B": [0.02]},
+                      "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y", "--llmgate-boots", "1", "-k", "fails_on_b")
+    assert r.ret == 1
+    r.stdout.fnmatch_lines(["*side B broke*"])

@@ -1,0 +1,134 @@
+"""A duet's statistics (``analysis.paired.judge_duet``) and its turns (``runner.duet.Turns``), engine-free."""
+
+import threading
+import time
+
+import pytest
+
+from llmgate.analysis import noise_prior
+from llmgate.analysis.paired import judge_duet
+from llmgate.core import metrics
+from llmgate.runner.duet import Cancelled, Turns
+
+# issue 46's H200 A/A: side A's TTFT at 128 tokens on three boot pairs, and B ÷ A on each (the requests'
+# 95% CIs about ±1.3%: a sampling SE of ~0.7% a pair)
+A_LEVELS = (0.01144, 0.01391, 0.01468)
+AA_RATIOS = (0.983, 0.995, 1.003)
+SAMPLING = 0.007 ** 2 / 2          # each side's share of a pair's sampling variance
+
+
+def duet(ratios, levels=A_LEVELS, metric=metrics.TTFT_C1, device="gpu", min_effect=0.03):
+    return judge_duet(metric, "ttft_c1@p128", "x", [[a] for a in levels], [[a * r] for a, r in zip(levels, ratios)],
+                      min_effect, 0.05, "A", [SAMPLING] * len(levels), [SAMPLING] * len(levels),
+                      requests=[400.0] * len(levels), assumed=noise_prior.duet_assumed(device, metric))
+
+
+def test_the_h200_a_a_passes_and_sees_under_three_percent_at_three_pairs():
+    v = duet(AA_RATIOS)
+    assert v.status not in ("regressed", "improved"), v.line()
+    assert v.mde is not None and v.mde < 0.03, v.line()
+    assert v.boots == (3, 3) and v.comparison == "duet, 3 boot pairs"
+    # both parts are said
+    assert "within-pair sampling 0.70%" in v.method and "pair part" in v.method, v.method
+
+
+def test_a_four_percent_slowdown_on_every_pair_is_flagged_though_the_levels_moved_28_percent():
+    v = duet([r * 1.04 for r in AA_RATIOS])
+    assert v.status == "regressed", v.line()
+    assert 0.02 < v.change < 0.06 and v.p_value < 0.05
+
+
+def test_one_pair_rests_on_the_prior_and_more_pairs_narrow_the_mde():
+    one = duet(AA_RATIOS[:1], A_LEVELS[:1])
+    two = duet(AA_RATIOS[:2], A_LEVELS[:2])
+    three = duet(AA_RATIOS)
+    assert one.mde > two.mde > three.mde, (one.mde, two.mde, three.mde)
+    assert one.noise_assumed and "prior" in one.method
+
+
+def test_pairs_that_agree_by_chance_are_not_read_as_no_noise():
+    # two pairs whose ratios happen to agree to 0.01%: the prior's pair part and the sampling part stay
+    v = duet((1.001, 1.0011), A_LEVELS[:2])
+    assert v.mde > 0.02, v.line()
+
+
+def test_a_pair_needs_values_on_both_sides():
+    with pytest.raises(ValueError):
+        judge_duet(metrics.TTFT_C1, "k", "x", [[1.0]], [[1.0], [1.0]])
+
+
+def test_turns_alternate_one_side_at_a_time_in_a_random_order_within_each_pair():
+    turns = Turns(("A", "B"), "seed")
+    running = []
+    overlap = []
+
+    def side(name):
+        turns.begin(name)
+        for _ in range(20):
+            with turns.turn(name):
+                time.sleep(0.001)
+            # the work between turns runs alone too (the baton): never beside the other side's turn
+            running.append(name)
+            if len(running) > 1:
+                overlap.append(name)
+            time.sleep(0.001)
+            running.remove(name)
+        turns.finish(name)
+
+    threads = [threading.Thread(target=side, args=(n,)) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not overlap
+    order = turns.order
+    assert len(order) == 40 and turns.out_of_turn == 0
+    pairs = [order[i:i + 2] for i in range(0, 40, 2)]
+    assert all(sorted(p) == ["A", "B"] for p in pairs), order
+    firsts = {p[0] for p in pairs}
+    assert firsts == {"A", "B"}, order          # the order within a pair is drawn, not fixed
+
+
+def test_a_side_that_is_done_or_parked_does_not_hold_the_other_up():
+    turns = Turns(("A", "B"), "seed")
+    turns.finish("B")
+    turns.begin("A")
+    t0 = time.monotonic()
+    for _ in range(5):
+        with turns.turn("A"):
+            pass
+    assert time.monotonic() - t0 < 1.0
+    turns2 = Turns(("A", "B"), "s2")
+    turns2.begin("A")
+    with turns2.parked("B"):
+        for _ in range(3):
+            with turns2.turn("A"):
+                pass
+        turns2.finish("A")
+    assert turns2.order == ["A", "A", "A"]
+
+
+def test_a_side_holding_on_beyond_the_grace_time_is_passed_and_cancel_stops_a_waiting_side():
+    turns = Turns(("A", "B"), "x", grace_s=0.3)
+    turns.begin("B")                 # B runs and never asks for a turn
+    got = []
+    t = threading.Thread(target=lambda: [turns.turn("A").__enter__(), got.append(time.monotonic())])
+    t0 = time.monotonic()
+    t.start()
+    t.join(5)
+    assert got and 0.25 < got[0] - t0 < 3.0 and turns.out_of_turn == 1
+    turns = Turns(("A", "B"), "y")
+    turns.begin("B")                 # B runs (and holds on); A waits for its turn, until the duet is stopped
+    raised = []
+
+    def a_side():
+        try:
+            with turns.turn("A"):
+                pass
+        except Cancelled as e:
+            raised.append(e)
+    t = threading.Thread(target=a_side)
+    t.start()
+    threading.Timer(0.2, turns.cancel).start()
+    t.join(5)
+    assert raised and turns.order == []
