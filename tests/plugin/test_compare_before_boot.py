@@ -107,7 +107,7 @@ def test_a_named_run_of_another_device_stops_the_session_before_any_boot(pyteste
     r.stdout.fnmatch_lines([f"llmgate: alpha: compared anyway (--llmgate-allow-mismatch) with {rel(elsewhere)} is of "
                             f"another device: *",
                             "*compared with a baseline from another setup: device differs*",
-                            "*| alpha *| 100.0 tok/s *| +0.0% *| unchanged *|"])
+                            "*| alpha *| 100.0 tok/s *| +0.0% *| inconclusive *|"])
 
 
 def test_a_named_run_no_selected_entry_can_compare_with_stops_the_session(pytester, stored):

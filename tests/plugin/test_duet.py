@@ -89,10 +89,12 @@ def test_a_duet_of_the_same_engine_passes_where_the_pairs_moved_together(pyteste
     values = {"A": [boots(lv, (1.0,))[0] for lv in levels],
               "B": [boots(lv * f, (1.0,))[0] for lv, f in zip(levels, (1.004, 0.997, 1.001))],
               "ttft_A": [0.0200, 0.0230, 0.0181], "ttft_B": [0.0201, 0.0229, 0.0181]}
-    r = run(pytester, values)
+    r = run(pytester, values, "--llmgate-accept", "inconclusive")
     assert r.ret == 0, r.stdout.str()[-3000:]
     statuses = {k: v["status"] for k, v in verdicts(pytester).items() if k != "failed_requests"}
-    assert set(statuses.values()) <= {"unchanged", "inconclusive"} and "regressed" not in statuses.values(), statuses
+    assert set(statuses.values()) <= {"unchanged", "inconclusive"}, statuses
+    # the TTFT pairs agree within 0.5% over 400 requests a side: the duet rules a 10% change out
+    assert statuses["ttft_c1@p128"] == "unchanged", statuses
 
 
 def test_alternate_mode_still_boots_the_sides_in_turn(pytester):

@@ -113,7 +113,7 @@ def test_a_baseline_saved_in_one_folder_compares_in_a_clone_in_another(pytester)
     r = gate(pytester, second, SAME, "--benchmark-compare")
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines([f"llmgate: team-cpu: compared with {saved.parent.name}/{saved.name}",
-                            "*| decode tok/s (c=1) *| 100.0 tok/s *| unchanged *|"])
+                            "*| decode tok/s (c=1) *| 100.0 tok/s *| +0.0% *| inconclusive *|"])
     assert "no baseline" not in r.stdout.str()
     assert verdict(second)["baseline_source"] == f"{saved.parent.name}/{saved.name}"
     # and it gates there: a slower engine fails against the baseline of the other folder
@@ -172,7 +172,7 @@ def test_a_file_stored_with_absolute_paths_compares_and_is_migrated(pytester):
     benchmark_files.validate_file(stored)
     r = gate(pytester, second, SAME, "--benchmark-compare")
     r.assert_outcomes(passed=1)
-    r.stdout.fnmatch_lines(["*| decode tok/s (c=1) *| 100.0 tok/s *| unchanged *|"])
+    r.stdout.fnmatch_lines(["*| decode tok/s (c=1) *| 100.0 tok/s *| +0.0% *| inconclusive *|"])
     again = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(second / "baselines")],
                            capture_output=True, text=True, check=True)
     assert f"{stored}: already current" in again.stdout
