@@ -89,14 +89,18 @@ def stored_offset(device: str | None, metric: Metric, same_machine: bool) -> tup
     return machine
 
 
-def duet_assumed(device: str | None, metric: Metric) -> tuple[float, int, str] | None:
+def duet_assumed(device: str | None, metric: Metric, grain: str = "request") -> tuple[float, int, str] | None:
     """(log-scale variance, df, in words) of the prior for a duet's pair part on ``device``: what a boot
     pair adds to log(B ÷ A) beyond its requests' sampling, pooled with the pairs' own
-    (``analysis.paired.judge_duet``); None where no prior applies (quality figures, an unknown device)."""
+    (``analysis.paired.judge_duet``); ``grain``: "request" (the sides' requests interleaved one by one)
+    or "window" (whole windows under load in turn: what moves the machine between two windows is not
+    cancelled, so its prior is the wider); None where no prior applies (quality figures, an unknown device)."""
     if device is None or not applies(metric):
         return None
     dev = table().get("duet", {}).get(device)
     if not dev:
         return None
-    cv = float(dev.get("metrics", {}).get(metric.name, dev["cv"]))
-    return math.log1p(cv) ** 2, int(dev["df"]), f"llmgate's prior for a {device} duet (pair part {cv:.1%}, df {dev['df']})"
+    part = dev.get(grain) or dev["request"]
+    cv = float(part.get("metrics", {}).get(metric.name, part["cv"]))
+    return (math.log1p(cv) ** 2, int(part["df"]),
+            f"llmgate's prior for a {device} duet, {grain} by {grain} (pair part {cv:.1%}, df {part['df']})")

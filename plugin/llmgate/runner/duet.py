@@ -183,7 +183,12 @@ class DuetSide:
     turns: Turns
     run: DuetRun
 
-    def turn(self) -> contextlib.AbstractContextManager[None]:
+    # the grain of this side's last turn: "request" (one request sent one at a time, interleaved with the
+    # other side's) or "window" (a whole window under load): what a figure recorded after it rests on
+    grain: str = "request"
+
+    def turn(self, grain: str = "window") -> contextlib.AbstractContextManager[None]:
+        self.grain = grain
         return self.turns.turn(self.name)
 
     def parked(self) -> contextlib.AbstractContextManager[None]:
@@ -280,5 +285,5 @@ def call(item: pytest.Function, session: GateSession) -> bool:
 
 
 def side_turn(side: DuetSide | None) -> Any:
-    """``side.turn`` (a duet) or None: what the load functions take as ``turn``."""
-    return functools.partial(side.turns.turn, side.name) if side is not None else None
+    """A duet side's request-by-request turn, or None: what the load functions take as ``turn``."""
+    return functools.partial(side.turn, "request") if side is not None else None

@@ -242,6 +242,7 @@ class Recorder:
         slot, k, s = (cfg.id, test, key), int(mb), self._session
         with s.duet_cond:
             s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
+            s.duet_grain.setdefault(slot, set()).add(side.grain)
             if k < mb.of:
                 s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}: "
                       f"{metric.display(median(values))}; judged after pair {mb.of}")
@@ -264,6 +265,9 @@ class Recorder:
         done = s.duet_values[slot]
         ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
         cand: Recorder = side.run.recorders[b_name]
+        # a figure measured over whole windows (one side under load, then the other) rests on the window
+        # grain's prior; one measured request by request, interleaved, on the finer one
+        grain = "window" if "window" in s.duet_grain.get(slot, {"window"}) else "request"
         if not ks:
             only = sorted({n for i in done for n in done[i]})
             values = [v for i in sorted(done) for n in only for v in done[i][n][0]]
@@ -277,9 +281,10 @@ class Recorder:
                                  f"side {a_name} of this session (resident beside side {b_name})",
                                  a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
                                  requests=[float(x[2]) for x in a + b if x[2]],
-                                 assumed=noise_prior.duet_assumed(cfg.device, metric))
+                                 assumed=noise_prior.duet_assumed(cfg.device, metric, grain))
             notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
-                     f"turns interleaved: {side.turns.summary()}"]
+                     f"interleaved {'window by window' if grain == 'window' else 'request by request'}: "
+                     f"{side.turns.summary()}"]
             extra = {**cand.provenance(), **info, "fingerprint": cand._fingerprint(),
                      "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
                               "baseline_side_boot_values": [median(x[0]) for x in a]}}

@@ -71,6 +71,7 @@ class GateSession:
         self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, tuple[Any, ...]]]] = {}
         self.duet_verdicts: dict[tuple[str, str, str], Verdict] = {}
         self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
+        self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
         self.duet_cond = threading.Condition()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
