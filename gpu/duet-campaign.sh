@@ -15,7 +15,8 @@
 #               ~+4% of TTFT at 128 tokens) and FRONTEND_MS ms in the API server before the engine
 #               sees a request (default 0.6); TTFT c=1 only, minimum effects lowered to what the duet
 #               can see (3% TTFT and prefill); both must be flagged and attributed
-# env: PAIRS (default 3), AA_K (-k of the A/A, default "gpu-vllm-8b and not arrival"), DRY=1
+# env: PAIRS (default 3), AA_K (-k of the A/A, default "gpu-vllm-8b and not arrival"), AA_DEADLINE and
+# KNOBS_DEADLINE (seconds, default 1050 and 520: one lease holds both), DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/duet
@@ -27,19 +28,20 @@ base=/tmp/llmgate-launchers/vllm-python
 
 case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" PREFILL_US="${PREFILL_US:-800}" \
-         FRONTEND_MS="${FRONTEND_MS:-0.6}" AA_K="${AA_K:-gpu-vllm-8b and not arrival}" ;;
+         FRONTEND_MS="${FRONTEND_MS:-0.6}" AA_K="${AA_K:-gpu-vllm-8b and not arrival}" \
+         AA_DEADLINE="${AA_DEADLINE:-1050}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-520}" ;;
 wait)  campaign_wait "${2:-540}" ;;
 run)
   mkdir -p "$work"
   machine_line
   files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
          plugin/llmgate/scenarios/test_latency.py)
-  session aa 1500 -- -k "${AA_K:-gpu-vllm-8b and not arrival}" --llmgate-ab "A=$base" --llmgate-ab "B=$base"
+  session aa "${AA_DEADLINE:-1050}" -- -k "${AA_K:-gpu-vllm-8b and not arrival}" --llmgate-ab "A=$base" --llmgate-ab "B=$base"
   slow=$(KNOB=prefill gpu/make-slow-launcher.sh "${PREFILL_US:-800}" "$base")
   slow=$(KNOB=frontend gpu/make-slow-launcher.sh "${FRONTEND_MS:-0.6}" "$slow")
   echo "side B of the knobs: $slow"
   files=(plugin/llmgate/scenarios/test_latency.py)
-  session knobs 900 -- -k "gpu-vllm-8b and ttft_c1" --llmgate-ab "A=$base" --llmgate-ab "B=$slow" \
+  session knobs "${KNOBS_DEADLINE:-520}" -- -k "gpu-vllm-8b and ttft_c1" --llmgate-ab "A=$base" --llmgate-ab "B=$slow" \
     --llmgate-min-effect ttft_c1=0.03 --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03
   touch "$work/done"
   ;;
