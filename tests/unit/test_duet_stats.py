@@ -132,3 +132,45 @@ def test_a_side_holding_on_beyond_the_grace_time_is_passed_and_cancel_stops_a_wa
     threading.Timer(0.2, turns.cancel).start()
     t.join(5)
     assert raised and turns.order == []
+
+
+# -- the H200 campaign of 2026-12-04 (gpu/runs/2026-12-04-duet), replayed ---------------------------------
+import json                                    # noqa: E402
+from pathlib import Path                       # noqa: E402
+
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "duet-h200-2026-12-04"
+
+
+def replay(name):
+    """The campaign's figures judged again as a duet judges them now (a side's sampling variance: half the
+    pair's, as the report keeps their mean)."""
+    out = {}
+    for v in json.loads((RECORDED / f"{name}.json").read_text()):
+        m = metrics.get(v["key"])
+        k, w = len(v["boot_values"]), v["sampling_log_var"]
+        grain = "request" if v["test"] == "test_ttft_c1" else "window"
+        samp = [w / 2] * k if w is not None else None
+        out[v["key"] if v["test"] in ("test_ttft_c1", "test_poisson_load") else f'{v["test"]}:{v["key"]}'] = judge_duet(
+            m, v["key"], "gpu-vllm-8b", [[x] for x in v["baseline_boot_values"]], [[x] for x in v["boot_values"]],
+            v["min_effect"], 0.05, "A", samp, samp, assumed=noise_prior.duet_assumed("gpu", m, grain))
+    return out
+
+
+def test_the_h200_duet_a_a_reads_no_change_and_ttft_c1_sees_three_percent_at_three_pairs():
+    verdicts = replay("aa")
+    flagged = {k: (v.status, round(v.change, 3)) for k, v in verdicts.items() if v.status in ("regressed", "improved")}
+    # as first judged, with the window prior at 4%, five window rows read regressed or improved (the decode
+    # window's engine prefill +12%, TTFT p95/p99, engine TTFT and front end at 70% Poisson load −11…−22%)
+    assert flagged == {}, flagged
+    for key in ("ttft_c1@p128", "ttft_c1@p2048"):
+        assert verdicts[key].mde <= 0.03, (key, verdicts[key].mde)
+    assert verdicts["engine_prefill@c1-p2048"].mde <= 0.03
+
+
+def test_the_h200_duet_front_end_knob_is_flagged_and_attributed_to_the_front_end():
+    verdicts = replay("knobs")
+    # side B: 0.6 ms in vLLM's API server per request (and a prefill knob that did not act: the engine's
+    # own prefill did not move), two boot pairs
+    assert verdicts["frontend_ttft@c1-p128"].status == "regressed"
+    assert verdicts["ttft_c1@p128"].status == "regressed" and 0.02 < verdicts["ttft_c1@p128"].change < 0.07
+    assert verdicts["engine_prefill@c1-p128"].status not in ("regressed", "improved")
