@@ -158,9 +158,6 @@ class Turns:
             self._release(side)
             self._cv.notify_all()
 
-    def finished(self, side: str) -> bool:
-        return side in self._done
-
     def cancel(self) -> None:
         with self._cv:
             self.cancelled = True
@@ -177,7 +174,7 @@ class Turns:
 @dataclasses.dataclass
 class DuetSide:
     """One side of a duet as its thread sees it: its name, its server, the turns it shares, and the
-    duet it belongs to (``DuetRun``: both sides' recorders, the figures they wait on each other for)."""
+    duet it belongs to (``DuetRun``: both sides' recorders)."""
     name: str
     handle: ServerHandle | None           # None: a test that boots no server (llmgate's own, engine-free)
     turns: Turns
@@ -194,9 +191,6 @@ class DuetSide:
     def parked(self) -> contextlib.AbstractContextManager[None]:
         return self.turns.parked(self.name)
 
-    @property
-    def other(self) -> str:
-        return self.turns._other(self.name)
 
 
 @dataclasses.dataclass

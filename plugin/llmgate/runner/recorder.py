@@ -240,7 +240,7 @@ class Recorder:
         side = self._side
         assert side is not None
         slot, k, s = (cfg.id, test, key), int(mb), self._session
-        with s.duet_cond:
+        with s.duet_lock:
             s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
             s.duet_grain.setdefault(slot, set()).add(side.grain)
             if k < mb.of:
@@ -257,7 +257,7 @@ class Recorder:
 
     def _judge_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str,
                     parts: dict[str, Verdict], info: dict[str, Any]) -> Verdict:
-        """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_cond)."""
+        """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_lock)."""
         side = self._side
         assert side is not None
         s, slot = self._session, (cfg.id, test, key)
@@ -299,16 +299,14 @@ class Recorder:
             h = side.run.recorders[name]._handle()
             labels[name] = engine_label(dataclasses.asdict(h.engine_info), h.config.launcher) if h is not None else ""
         verdict = dataclasses.replace(verdict, engine=labels[b_name], baseline_engine=labels[a_name])
-        verdict = cand._finish_verdict(verdict, key, test, notes, parts, None, None, [])
-        s.duet_verdicts[slot] = verdict
-        return verdict
+        return cand._finish_verdict(verdict, key, test, notes, parts, None, None, [])
 
     def finish_duet(self) -> None:
         """(a duet's test, both sides done) Judge what only one side recorded on the last pair."""
         s = self._session
         cfg = self.entry
         test = getattr(self.item, "originalname", self.item.name)
-        with s.duet_cond:
+        with s.duet_lock:
             for slot in [sl for sl in s.duet_pending if cfg is not None and sl[:2] == (cfg.id, test)]:
                 pending = s.duet_pending.pop(slot)
                 pending["recorder"]._judge_duet(pending["metric"], pending["key"], cfg, test, pending["parts"],

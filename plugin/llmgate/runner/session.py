@@ -67,12 +67,11 @@ class GateSession:
         self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
         # a duet's figures (runner/recorder.py _record_duet): (entry, test, metric key) → boot pair → side →
-        # (repeat values, sampling variance, requests, raw samples); the verdict of each, once judged
+        # (repeat values, sampling variance, requests, raw samples)
         self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, tuple[Any, ...]]]] = {}
-        self.duet_verdicts: dict[tuple[str, str, str], Verdict] = {}
         self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
         self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
-        self.duet_cond = threading.Condition()
+        self.duet_lock = threading.Lock()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         self.interrupts = Interrupts()
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
