@@ -108,8 +108,8 @@ def test_killed_engine_boot_timeout_missing_binary_and_busy_port(pytester):
     assert not [p for p in psutil.process_iter(["cmdline"]) if "/nonexistent/" in " ".join(p.info["cmdline"] or [])]
     # never green: the summary's headline and llmgate's section say the run failed, with the reports
     summary = (pytester.path / ".llmgate" / "summary.md").read_text()
-    assert summary.startswith("## llmgate: ❌ failed: 1 failed, 5 error(s)"), summary[:400]
-    r.stdout.fnmatch_lines(["llmgate: FAILED: 1 failed, 5 error(s)*", "reports: *report.json*summary.md*"])
+    assert summary.startswith("## llmgate: ❌ failed: 1 failed, 8 error(s)"), summary[:400]
+    r.stdout.fnmatch_lines(["llmgate: FAILED: 1 failed, 8 error(s)*", "reports: *report.json*summary.md*"])
 
 
 PROXY_TESTS = """
