@@ -4,6 +4,7 @@
 #   KNOB=prefill gpu/make-slow-launcher.sh N [BASE_LAUNCHER]
 #   KNOB=frontend gpu/make-slow-launcher.sh N [BASE_LAUNCHER]
 #   KNOB=admit gpu/make-slow-launcher.sh N [BASE_LAUNCHER]
+#   KNOB=frontend-block gpu/make-slow-launcher.sh N [BASE_LAUNCHER]
 # KNOB (default step) picks what N is:
 #   step      N µs more work in every model step (LLMGATE_SLOWDOWN_US)     → vllm-slowN-python
 #   prefill   N µs more work in every step of more than
@@ -12,6 +13,9 @@
 #             the launcher when set here)                                  → vllm-prefillN-python (-tT when set)
 #   frontend  N ms in the API server before the engine sees a request
 #             (LLMGATE_FRONTEND_DELAY_MS)                                  → vllm-frontendNms-python
+#   frontend-block  N µs of busy wait in the API server before the engine
+#             sees a request, blocking its loop: any size, for c=1
+#             (LLMGATE_FRONTEND_BLOCK_US)                                  → vllm-frontendblockN-python
 #   admit     N µs of host work in the engine core in every scheduler step
 #             that admits a request (LLMGATE_ADMIT_DELAY_US)               → vllm-admitN-python
 # LLMGATE_KNOB_SWITCH=FILE set here is written into the launcher too (-switch in its name): the
@@ -21,7 +25,7 @@
 # LLMGATE_VLLM_PYTHON (or an entry's `launcher`, which is not part of the fingerprint) at it: the
 # entry stays comparable with its baseline, as a slower nightly would be.
 set -euo pipefail
-usage="usage: [KNOB=step|prefill|frontend|admit] make-slow-launcher.sh N [BASE_LAUNCHER]"
+usage="usage: [KNOB=step|prefill|frontend|frontend-block|admit] make-slow-launcher.sh N [BASE_LAUNCHER]"
 n=${1:?$usage}
 base=${2:-${LLMGATE_VLLM_PYTHON:-$(command -v python3)}}
 inject=$(cd "$(dirname "$0")/.." && pwd)/tests/validation/slowdown
@@ -29,8 +33,9 @@ case ${KNOB:-step} in
   step)     var=LLMGATE_SLOWDOWN_US name=slow$n ;;
   prefill)  var=LLMGATE_PREFILL_SLOWDOWN_US name=prefill$n ;;
   frontend) var=LLMGATE_FRONTEND_DELAY_MS name=frontend${n}ms ;;
+  frontend-block) var=LLMGATE_FRONTEND_BLOCK_US name=frontendblock$n ;;
   admit)    var=LLMGATE_ADMIT_DELAY_US name=admit$n ;;
-  *) echo "make-slow-launcher.sh: unknown KNOB '$KNOB' (step, prefill, frontend or admit)" >&2; echo "$usage" >&2; exit 2 ;;
+  *) echo "make-slow-launcher.sh: unknown KNOB '$KNOB' (step, prefill, frontend, frontend-block or admit)" >&2; echo "$usage" >&2; exit 2 ;;
 esac
 settings="$var=$n"
 if [ "${KNOB:-step}" = prefill ] && [ -n "${LLMGATE_PREFILL_THRESHOLD_TOKENS:-}" ]; then

@@ -20,7 +20,7 @@ import pytest
 
 SITECUSTOMIZE = Path(__file__).resolve().parents[1] / "validation" / "slowdown" / "sitecustomize.py"
 KNOBS = ("LLMGATE_SLOWDOWN_US", "LLMGATE_PREFILL_SLOWDOWN_US", "LLMGATE_PREFILL_THRESHOLD_TOKENS",
-         "LLMGATE_FRONTEND_DELAY_MS", "LLMGATE_ADMIT_DELAY_US", "LLMGATE_KNOB_SWITCH")
+         "LLMGATE_FRONTEND_DELAY_MS", "LLMGATE_FRONTEND_BLOCK_US", "LLMGATE_ADMIT_DELAY_US", "LLMGATE_KNOB_SWITCH")
 LLAMA = "vllm.model_executor.models.llama"
 COMPLETION = "vllm.entrypoints.openai.completion.serving"
 CHAT = "vllm.entrypoints.openai.chat_completion.serving"
@@ -291,6 +291,26 @@ def test_frontend_knob_delays_the_handler_before_its_body(fake_vllm, monkeypatch
     assert f"{CHAT}.OpenAIServingChat.create_chat_completion waits 50 ms" in err, err
     assert "vllm.entrypoints.openai.serving_chat has no coroutine OpenAIServingChat.create_chat_completion: NOT " \
            "delayed" in err, err
+
+
+def test_frontend_block_knob_busy_waits_below_a_millisecond(fake_vllm, monkeypatch, capsys):
+    us = 20_000                                      # long enough to tell from the call's own cost
+    knobs = load(monkeypatch, LLMGATE_FRONTEND_BLOCK_US=us)
+    completion = importlib.import_module(COMPLETION)
+
+    async def call(handler, *args):
+        t0 = time.perf_counter()
+        out = await handler(*args)
+        return t0, time.perf_counter() - t0, out
+
+    cls = completion.OpenAIServingCompletion
+    t0, took, out = asyncio.run(call(cls().create_completion, "request", "raw request"))
+    assert out == ("completion", "request", "raw request")
+    assert took >= 0.95 * us / 1e6 and cls.started[-1] - t0 >= 0.95 * us / 1e6, took
+    assert knobs._state["frontend_delays"] == 1
+    err = capsys.readouterr().err
+    assert f"{COMPLETION}.OpenAIServingCompletion.create_completion busy-waits 20000 µs before it renders" in err, err
+    assert "llmgate frontend delay (busy wait): 20000 µs per request, blocking the API server's loop asked" in err, err
 
 
 @pytest.mark.parametrize("value", [None, "0", ""])

@@ -68,6 +68,12 @@ it did to the engine's log (stderr), so a run shows which one was on:
   in the log ("NOT delayed"), never guessed around.  (vLLM's optional Rust front end,
   ``VLLM_USE_RUST_FRONTEND=1``, off by default, bypasses these handlers: no delay there.)
   Log: "llmgate frontend delay: …".
+- ``LLMGATE_FRONTEND_BLOCK_US=N`` (issue 46, front end below a millisecond): the same handlers first
+  busy-wait N µs (time.perf_counter) in the API server's event loop, blocking it, then run as
+  before: a front-end delay of any size (uvloop's millisecond timers round the sleep above: 0.6 ms
+  became 1 ms on the H200, 2026-12-04), the kind the issue's own client saw at +0.5 ms (+5.5% of TTFT
+  at 128 tokens).  It blocks the loop, so under concurrency it also delays the other requests' work
+  in the API server; meant for c=1.  Log: "llmgate frontend delay: … busy-waits …".
 
 - ``LLMGATE_ADMIT_DELAY_US=N`` (issue 35, prefill on the host): in the engine core, every scheduler
   step that admits a new request (``SchedulerOutput.scheduled_new_reqs`` not empty: its prompt
@@ -117,6 +123,7 @@ _US = _number("LLMGATE_SLOWDOWN_US")
 _PREFILL_US = _number("LLMGATE_PREFILL_SLOWDOWN_US")
 _PREFILL_THRESHOLD = int(_number("LLMGATE_PREFILL_THRESHOLD_TOKENS", 32))
 _FRONTEND_MS = _number("LLMGATE_FRONTEND_DELAY_MS")
+_FRONTEND_BLOCK_US = _number("LLMGATE_FRONTEND_BLOCK_US")
 _ADMIT_US = _number("LLMGATE_ADMIT_DELAY_US")
 _SWITCH = os.environ.get("LLMGATE_KNOB_SWITCH", "")
 
@@ -260,7 +267,11 @@ def _delayed(original):
     @functools.wraps(original)
     async def handler(self, *args, **kwargs):
         if _on("frontend"):
-            await asyncio.sleep(_FRONTEND_MS / 1000.0)  # before the renderer takes arrival_time
+            if _FRONTEND_MS > 0:
+                await asyncio.sleep(_FRONTEND_MS / 1000.0)  # before the renderer takes arrival_time
+            if _FRONTEND_BLOCK_US > 0:
+                _wait_cpu("frontend_block_said", _FRONTEND_BLOCK_US, "llmgate frontend delay (busy wait)",
+                          "per request, blocking the API server's loop")
             _state["frontend_delays"] += 1
         return await original(self, *args, **kwargs)
 
@@ -280,7 +291,9 @@ def _patch_handlers(module) -> None:
         if getattr(original, "_llmgate_delayed", False):     # a module re-exporting a class already delayed
             continue
         setattr(cls, method, _delayed(original))
-        _say(f"llmgate frontend delay: {name}.{cls_name}.{method} waits {_FRONTEND_MS:g} ms before it "
+        what = " and ".join(([f"waits {_FRONTEND_MS:g} ms"] if _FRONTEND_MS > 0 else [])
+                            + ([f"busy-waits {_FRONTEND_BLOCK_US:g} µs"] if _FRONTEND_BLOCK_US > 0 else []))
+        _say(f"llmgate frontend delay: {name}.{cls_name}.{method} {what} before it "
              f"renders the request (pid {os.getpid()})")
 
 
@@ -313,7 +326,7 @@ if _US > 0 or _PREFILL_US > 0:
     _PATCHES[_LLAMA] = _patch_llama
 if _ADMIT_US > 0:
     _PATCHES[_SCHEDULER] = _patch_scheduler
-if _FRONTEND_MS > 0:
+if _FRONTEND_MS > 0 or _FRONTEND_BLOCK_US > 0:
     _PATCHES.update((name, _patch_handlers) for name, _, _ in _HANDLERS)
 _TARGETS = tuple(_PATCHES)
 
