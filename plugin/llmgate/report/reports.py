@@ -240,6 +240,7 @@ def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> d
                     [v for r in reports for v in r["verdicts"]], [n for r in reports for n in r["notes"]], argv,
                     exit_status)
     doc["workers"] = [r.get("worker") for r in reports]
+    doc["gpu_sampling"] = [g for r in reports for g in r.get("gpu_sampling") or []]
     doc["compared"] = any(outcomes.compared(r) for r in reports)
     doc["tests"] = dict(sum((Counter(r.get("tests") or {}) for r in reports), Counter()))
     return doc
@@ -261,6 +262,7 @@ def _document(device: dict[str, Any], settings: dict[str, Any], boots: dict[str,
         "tests": {},            # pytest's counts, set by the session at its end
         "verdicts": verdicts,
         "notes": notes,
+        "gpu_sampling": [],     # what the GPU did while figures were measured, set by the session
     }
 
 

@@ -73,6 +73,9 @@ class GateSession:
         self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
         self.duet_lock = threading.Lock()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
+        # the GPU sampled while a test measured (report.json's gpu_sampling): entry, test, metric key, boot
+        # (or boot pair), side, and per GPU its clocks, utilisation, memory and throttle reasons
+        self.gpu_sampling: list[dict[str, Any]] = []
         self.interrupts = Interrupts()
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
         self.running: str | None = None                             # the test in progress
@@ -287,6 +290,7 @@ class GateSession:
                 verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
+            summary["gpu_sampling"] = list(gs.gpu_sampling)
             if gs.shard is not None:
                 summary["shard"] = gs.shard.info()        # python -m llmgate.report.merge reads it
             summary["interrupted"] = gs.interrupted
