@@ -297,7 +297,8 @@ class GateSession:
             summary["baseline_not_saved"] = not_saved
             gs.outcome_of(session, summary)
             gs.report_files = reports.write_all(summary, gs.out_dir,
-                                               None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
+                                               None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"),
+                                               history_dir=history_folder(session.config))
         elif distribution.workers(session.config):
             # the controller: the workers wrote their reports under out/gwN/ before they finished
             parts = []
@@ -326,7 +327,8 @@ class GateSession:
                 gs.outcome_of(session, summary)
                 session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
                 gs.notes = summary["notes"] + gs.notes
-                gs.report_files = reports.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+                gs.report_files = reports.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"),
+                                                    history_dir=history_folder(session.config))
 
 
     def compared(self) -> bool:
@@ -349,6 +351,15 @@ class GateSession:
 
 
 SESSION_KEY = pytest.StashKey[GateSession]()
+
+
+def history_folder(config: pytest.Config) -> Path | None:
+    """The run history the report page charts (``--llmgate-history``; None with ``--llmgate-no-history``)."""
+    from llmgate.store import history
+    try:
+        return history.folder_for(config)
+    except (ValueError, TypeError):          # options not registered (a bare config in a test)
+        return None
 
 
 def session_counts(config: pytest.Config) -> dict[str, int]:
