@@ -25,8 +25,10 @@ CONSOLE = re.compile(r":(INFO|WARNING|ERROR|FATAL):CONSOLE[^\]]*\] (.*)")
 
 
 def chromium() -> str | None:
-    """The browser, or None: ``$LLMGATE_CHROMIUM``, else ``chromium`` on PATH or /usr/bin/chromium."""
-    for cand in (os.environ.get("LLMGATE_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium"):
+    """The browser, or None: ``$LLMGATE_CHROMIUM``, else ``chromium`` on PATH or /usr/bin/chromium (Debian's),
+    else another build of it on PATH (``chromium-browser``, ``google-chrome``: the same flags)."""
+    for cand in (os.environ.get("LLMGATE_CHROMIUM"), shutil.which("chromium"), "/usr/bin/chromium",
+                 shutil.which("chromium-browser"), shutil.which("google-chrome")):
         if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
             return cand
     return None
