@@ -135,12 +135,13 @@ def test_flagged_verdicts_have_their_chart_and_the_phase_that_moved(tmp_path):
     assert (ENTRY, "ttft_p95@c4") not in cards                       # unchanged, no move: no chart
     i = next(k for k, c in enumerate(dom.cards) if c["data-key"] == "decode_tok_s" and c["data-entry"] == ENTRY)
     where = dom.texts[f"where-{i}"]
-    assert "engine timers of this test" in where and "most of it: decode (time per output token)" in where, where
+    assert "engine timers of this test" in where and "moved: decode (time per output token) +150%" in where, where
+    assert "prefill +1%" in where and "moved: decode (time per output token) +150%, " not in where   # within its min effect
     assert f'id="boots-{i}"' in text
     j = next(k for k, c in enumerate(dom.cards) if c["data-key"] == "ttft_c1")
     assert "most of it: prefill" in dom.texts[f"where-{j}"]
     # the table's cell says it in short
-    assert "most of it: decode (time per output token)" in text
+    assert "moved: decode (time per output token) +150%" in text
     # a duet's chart joins each boot pair's two values
     k = next(k for k, c in enumerate(dom.cards) if c["data-entry"] == "duet-entry")
     assert text.split(f'id="boots-{k}"', 1)[1].split("</svg>", 1)[0].count('class="pair"') == 3

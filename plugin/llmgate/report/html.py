@@ -107,7 +107,7 @@ def basis_kind(v: dict[str, Any]) -> str:
 def attribution(v: dict[str, Any], siblings: list[dict[str, Any]]) -> tuple[str, str]:
     """Which phase moved: (short, full).  A TTFT verdict's own (its note: the engine's queue, prefill
     and front-end timers, ``analysis.verdict.attribution``); else the engine timers the same test
-    recorded (``record_engine_parts``), compared: each phase's change, the one that moved most.
+    recorded (``record_engine_parts``), compared: each phase's change, and those beyond their min effect.
     ("", "") for an engine timer itself, or where nothing was compared."""
     note = v.get("note") or ""
     if WHERE in note:
@@ -132,11 +132,13 @@ def attribution(v: dict[str, Any], siblings: list[dict[str, Any]]) -> tuple[str,
         ms = (s["now"]["median"] - s["baseline"]["median"]) * 1000.0
         status = f" {s['status']}" if s["status"] in (REGRESSED, IMPROVED) else ""
         text.append(f"{name} {s['change']:+.0%} ({ms:+.2f} ms){status}")
+    # the phases whose change passed their min effect, largest first (a time per token and a time per
+    # request are not added up: which of them weighs most in the figure depends on its workload)
     phases = [s for s in parts if s["metric"] in PHASES]
-    moved = [s for s in phases if s["status"] in (REGRESSED, IMPROVED) or abs(s["change"]) > s["min_effect"]]
+    moved = sorted((s for s in phases if s["status"] in (REGRESSED, IMPROVED) or abs(s["change"]) > s["min_effect"]),
+                   key=lambda s: -abs(s["change"]))
     if moved:
-        top = max(moved, key=lambda s: abs(s["change"]))
-        short = f"most of it: {PHASES[top['metric']]} ({top['change']:+.0%})"
+        short = "moved: " + ", ".join(f"{PHASES[s['metric']]} {s['change']:+.0%}" for s in moved)
     else:
         short = "no engine phase moved beyond its min effect"
     return short, f"engine timers of this test (window means): {', '.join(text)}; {short}"
