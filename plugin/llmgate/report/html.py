@@ -59,12 +59,14 @@ def write(rep: dict[str, Any], out_dir: Path, history_dir: Path | None = None) -
 
 # -- what a verdict rests on -------------------------------------------------------------------
 def ordered(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Regressions first (the largest worsening first), then inconclusive, not gated, improved,
-    unchanged; within a status by entry, test and metric."""
+    """Regressions first, then inconclusive, not gated, improved, unchanged; within a status the
+    figures before the engine's own timers that explain them, the regressions the largest worsening
+    first, the rest by entry, test and metric."""
     def key(v: dict[str, Any]) -> tuple[Any, ...]:
         worse = v.get("worse_change")
         w = -worse if isinstance(worse, (int, float)) and math.isfinite(worse) and v["status"] == REGRESSED else 0.0
-        return (RANK.get(v["status"], 9), w, v["config"], v["test"], v["key"])
+        timer = v.get("metric") in PHASES or v.get("metric") in TOTALS
+        return (RANK.get(v["status"], 9), timer, w, v["config"], v["test"], v["key"])
     return sorted(verdicts, key=key)
 
 
@@ -135,8 +137,10 @@ def attribution(v: dict[str, Any], siblings: list[dict[str, Any]]) -> tuple[str,
     # the phases whose change passed their min effect, largest first (a time per token and a time per
     # request are not added up: which of them weighs most in the figure depends on its workload)
     phases = [s for s in parts if s["metric"] in PHASES]
-    moved = sorted((s for s in phases if s["status"] in (REGRESSED, IMPROVED) or abs(s["change"]) > s["min_effect"]),
-                   key=lambda s: -abs(s["change"]))
+    moved = sorted((s for s in phases if s["status"] in (REGRESSED, IMPROVED) or (
+        abs(s["change"]) > s["min_effect"]
+        and abs(s["now"]["median"] - s["baseline"]["median"]) > float(s.get("min_abs_effect") or 0.0))),
+        key=lambda s: -abs(s["change"]))
     if moved:
         short = "moved: " + ", ".join(f"{PHASES[s['metric']]} {s['change']:+.0%}" for s in moved)
     else:
@@ -169,7 +173,8 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         if span / step <= n:
             break
     first = math.ceil(lo / step) * step
-    out, x = [], first
+    out: list[float] = []
+    x = first
     while x <= hi + span * 1e-9 and len(out) < 20:
         out.append(0.0 if abs(x) < step * 1e-9 else x)
         x += step
