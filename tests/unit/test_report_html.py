@@ -39,8 +39,8 @@ def verdicts():
                         [[base * f] * 3 for f in (1, 1.01, 0.99)], None, 0.05, "Linux/0001_base.json", comparison="stored")
         out.append(dataclasses.replace(v, test="test_decode_c1"))
     ttft = judge(metrics.TTFT_C1, "ttft_c1", ENTRY, [0.05, 0.051, 0.049], [0.04, 0.041, 0.039], None, 0.05, "0001_base")
-    out.append(dataclasses.replace(ttft, test="test_latency", note="where (engine timers, window means): queue +0.1 ms, "
-                                   "prefill +9.0 ms (+90%) regressed; client +10.0 ms; most of it: prefill"))
+    out.append(dataclasses.replace(ttft, test="test_latency", attribution="where (engine timers, window means): queue "
+                                   "+0.1 ms, prefill +9.0 ms (+90%) regressed; client +10.0 ms; most of it: prefill"))
     out.append(dataclasses.replace(judge(metrics.AGGREGATE_TOK_S, "aggregate_tok_s@c4", ENTRY, [130.0, 131, 129],
                                          [100.0, 101, 99], None, 0.05, "0001_base"), test="test_concurrency"))
     out.append(dataclasses.replace(judge(metrics.TTFT_P95, "ttft_p95@c4", ENTRY, [0.1, 0.1, 0.1], [0.1, 0.1, 0.1],

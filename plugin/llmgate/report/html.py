@@ -38,7 +38,6 @@ HISTORY_RUNS = 40          # the newest runs a history chart shows
 PHASES = {"frontend_ttft": "front end", "engine_queue": "queue", "engine_prefill": "prefill",
           "engine_tpot": "decode (time per output token)"}
 TOTALS = {"engine_ttft": "engine TTFT", "engine_e2e": "engine E2E"}
-WHERE = "where (engine timers"          # the attribution a TTFT verdict's note carries (analysis.verdict.attribution)
 
 
 def e(x: Any) -> str:
@@ -107,15 +106,13 @@ def basis_kind(v: dict[str, Any]) -> str:
 
 
 def attribution(v: dict[str, Any], siblings: list[dict[str, Any]]) -> tuple[str, str]:
-    """Which phase moved: (short, full).  A TTFT verdict's own (its note: the engine's queue, prefill
-    and front-end timers, ``analysis.verdict.attribution``); else the engine timers the same test
+    """Which phase moved: (short, full).  A TTFT verdict's own (its ``attribution``: the engine's queue,
+    prefill and front-end timers, ``analysis.verdict.attribution``); else the engine timers the same test
     recorded (``record_engine_parts``), compared: each phase's change, and those beyond their min effect.
     ("", "") for an engine timer itself, or where nothing was compared."""
-    note = v.get("note") or ""
-    if WHERE in note:
-        full = note[note.index(WHERE):]
-        most = full.rsplit("; ", 1)[-1]
-        return most, full
+    own = v.get("attribution") or ""
+    if own:
+        return own.rsplit("; ", 1)[-1], own          # its last part: "most of it: prefill"
     if v.get("metric") in PHASES or v.get("metric") in TOTALS:
         name = PHASES.get(v["metric"]) or TOTALS[v["metric"]]
         return "", f"this figure is the engine's own timer of {name}: the phase itself"

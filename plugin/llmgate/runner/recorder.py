@@ -165,7 +165,8 @@ class Recorder:
         where = attribution(verdict, parts) if parts else None
         if where:
             notes.append(where)
-        verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime)
+        verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime,
+                                      attribution=where or "")
         base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("raw"))
                     if base is not None else None)
         if raw is not None or base_raw is not None:
