@@ -67,7 +67,8 @@ def test_a_run_whose_engine_died_reads_red_with_its_notes_and_reports(pytester, 
     assert rep["tests"]["failed"] == 1 and rep["tests"]["errors"] == 4
     # the section says it, with its notes and the reports, though no verdict was recorded
     r.stdout.fnmatch_lines(["*= llmgate =*", "llmgate: FAILED: 1 failed, 4 error(s)*", "notes:",
-                            "  first: a note the section must show", "reports: *report.json*summary.md*"])
+                            "  first: a note the section must show", "reports: *report.json*summary.md*report.html*",
+                            "report page: *report.html (open it in a browser*"])
 
 
 RECORDING = """

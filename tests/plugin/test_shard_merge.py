@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import boot_runs
+import browser
 
 pytest_plugins = ["pytester"]
 
@@ -91,6 +92,11 @@ def test_two_shards_merge_to_the_unsharded_run_and_save_one_baseline(pytester):
     assert verdicts(pytester.path / "merged" / "report.json") == whole
     md = (pytester.path / "merged" / "summary.md").read_text()
     assert "| 1/2 |" in md and "| 2/2 |" in md
+    # the merged page: every verdict of the whole run a row (tests/unit/test_report_html.py reads it further)
+    rows = browser.read((pytester.path / "merged" / "report.html").read_text()).rows
+    assert {(r["data-entry"], r["data-key"], r["data-status"]) for r in rows} == whole
+    assert len(rows) == len(json.loads((pytester.path / "merged" / "report.json").read_text())["verdicts"])
+    assert "**Report page:** `report.html`" in md
 
     # the shards' saved parts hold the keys of the whole run's baseline, and compare as one
     parts = sorted(p.name for p in (pytester.path / "store-parts").rglob("*.json"))

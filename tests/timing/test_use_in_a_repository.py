@@ -12,7 +12,10 @@ between boots) fails, naming the metric, the baseline and the new value, after a
 run on a fresh server.  Each run appends a record to the project's run history, and
 ``python -m llmgate.history`` prints them with the engine release that served them.  Five vLLM
 boots in all (save, compare, the slowed run and its two confirmation boots), and no engine
-process left after them.
+process left after them.  The slowed run's report page (report.html) is then opened in headless
+Chromium (no boot of its own; skipped, saying so, where no chromium is installed): every verdict of
+its report.json a row, the regressions first, the slowed metrics' charts and the engine phase that
+moved, no script error; its screenshot is kept as .llmgate/report-page-slowed-run.png.
 
 The virtualenv gets llmgate only from the wheel (``pip install --no-deps``); what is heavy and
 already installed here (pytest, pytest-benchmark, vLLM, torch …) it reaches through a ``.pth``
@@ -23,6 +26,7 @@ virtualenv and that this repository's ``plugin/`` is not on its path.
 
 import json
 import os
+from collections import Counter
 import re
 import shutil
 import stat
@@ -34,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+import browser
 from engine_procs import engine_processes
 from llmgate.store import history
 from llmgate.models import tinymodel
@@ -321,6 +326,10 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     out = r.stdout + r.stderr
     print(out[-6000:])
     assert r.returncode == 1, out[-6000:]
+    # its reports, for the report page's test below (which boots nothing)
+    project["slowed_run"] = project["tmp"] / "slowed-run"
+    shutil.copytree(proj / ".llmgate", project["slowed_run"], ignore=shutil.ignore_patterns("servers", "gw*"))
+    assert re.search(r"report page: \S*report\.html", out), out[-3000:]
     assert "FAILED test_short_answers.py::test_short_answers[team-cpu]" in out, out[-4000:]
     assert re.search(r"FAILED \S*test_decode\.py::test_decode_c1\[team-cpu\]", out), out[-4000:]
     engine_log = "\n".join(p.read_text(errors="replace") for p in (proj / ".llmgate" / "logs").glob("team-cpu.*.log"))
@@ -342,3 +351,41 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
         assert abs(was - round(saved_median, 1)) < 0.06, (was, saved_median)
         assert base[key]["now"]["median"] > 2 * now
     assert not engine_processes(project["tmp"])
+
+
+def test_the_slowed_run_s_report_page_in_a_browser(project):
+    """The slowed run's report.html in headless Chromium: what the browser built from it holds every
+    verdict of its report.json, the regressions first; the slowed figures each have their chart, and
+    decode's the engine phase that moved (its own time per output token); the run history of the three
+    runs; the engine logs linked; the page's script ran and logged no error.  The screenshot stays in
+    the repository's .llmgate/ (CI uploads that folder)."""
+    out = project.get("slowed_run")
+    if out is None:
+        pytest.skip("the slowed run did not get as far as its reports (test_save_compare_and_a_slowed_configuration_fails)")
+    if browser.chromium() is None:
+        pytest.skip(browser.WHY_SKIPPED)
+    rep = json.loads((out / "report.json").read_text())
+    shot = REPO / ".llmgate" / "report-page-slowed-run.png"
+    opened = browser.open_page(out / "report.html", project["tmp"] / "chromium", shot)
+    assert opened.script_errors() == [], opened.stderr[-3000:]
+    dom = browser.read(opened.dom)
+    assert dom.root.get("data-llmgate-ready") == "1" and dom.texts["llmgate-js"] == "page script ran"
+    rows = [(r["data-entry"], r["data-test"], r["data-key"], r["data-status"]) for r in dom.rows]
+    assert Counter(rows) == Counter((v["config"], v["test"], v["key"], v["status"]) for v in rep["verdicts"])
+    statuses = [r[3] for r in rows]
+    n = statuses.count("regressed")
+    assert n >= 2 and statuses[:n] == ["regressed"] * n, statuses
+    assert dom.texts["badge"] == "FAIL"
+    cards = {c["data-key"]: i for i, c in enumerate(dom.cards) if c["data-entry"] == "team-cpu"}
+    for key in ("decode_tok_s", "answer_tok_s"):
+        assert key in cards, (key, sorted(cards))
+        assert f'id="boots-{cards[key]}"' in opened.dom
+        assert rows.index(next(r for r in rows if r[2] == key)) < n          # among the regressions on top
+    where = dom.texts[f"where-{cards['decode_tok_s']}"]
+    assert "engine timers of this test" in where and "decode (time per output token) +" in where, where
+    assert re.search(r"moved: [^;]*decode \(time per output token\) \+\d+%", where), where
+    assert "Run history (3 run(s)" in opened.dom, "no history chart of the three runs"
+    assert re.search(r'href="logs/team-cpu\.[^"]+\.log"', opened.dom)
+    assert shot.stat().st_size > 50_000
+    print(f"report page of the slowed run: {out / 'report.html'} ({(out / 'report.html').stat().st_size} bytes); "
+          f"screenshot {shot} ({shot.stat().st_size} bytes)")

@@ -86,6 +86,7 @@ def test_the_ci_script_dry_run_lists_its_steps_and_the_readme_commands_among_the
     # README's order) until it is waited for, before the step that runs it
     order = list(rows)
     assert order[-1] == "total"
+    assert order.index("chromium") < order.index("selftest")          # the report page's browser self-tests
     assert order.index("llama-server (started)") < order.index("gate") < order.index("selftest") \
         < order.index("llama-server (waited for)") < order.index("gate (llama.cpp, MLX-LM)"), order
     assert "::: selftest: python3 -m tox -e selftest -- --durations=15" in r.stdout

@@ -20,7 +20,8 @@ def _plots(monkeypatch):
 
 def test_llmgate_plots_0_leaves_the_plots_out(tmp_path, monkeypatch):
     monkeypatch.setenv("LLMGATE_PLOTS", "0")
-    assert {f.name for f in report.write_all(build(verdicts()), tmp_path, None)} == {"report.json", "summary.md"}
+    assert {f.name for f in report.write_all(build(verdicts()), tmp_path, None)} == {"report.json", "summary.md",
+                                                                                    "report.html"}
 
 
 def verdicts():
@@ -75,7 +76,7 @@ def test_markdown_and_plots_are_written_and_appended_to_the_step_summary(tmp_pat
 def test_plots_are_left_out_when_there_is_no_data(tmp_path):
     vs = [judge(metrics.GREEDY, "greedy_repeatable", "cfg", [1.0], None)]
     files_written = report.write_all(build(vs), tmp_path, None)
-    assert {f.name for f in files_written} == {"report.json", "summary.md"}
+    assert {f.name for f in files_written} == {"report.json", "summary.md", "report.html"}
 
 
 def test_an_interrupt_after_the_last_test_says_nothing_was_left_to_run():

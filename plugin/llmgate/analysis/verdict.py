@@ -112,6 +112,9 @@ class Verdict:
     # launcher …)"): this run's, and the baseline's (its stored fingerprint, or side A's boots); "" not known
     engine: str = ""
     baseline_engine: str = ""
+    # which part of a client TTFT moved (``attribution``: the engine's queue and prefill timers, the front
+    # end), in one line; "" where its test recorded no engine timers or nothing was compared
+    attribution: str = ""
 
     @property
     def failed(self) -> bool:
@@ -199,7 +202,7 @@ class Verdict:
             "baseline_in_run": self.baseline_in_run, "comparison": self.comparison,
             "machine_offset": self.machine_offset,
             "mde_kind": self.mde_kind, "no_baseline": self.no_baseline,
-            "engine": self.engine, "baseline_engine": self.baseline_engine,
+            "engine": self.engine, "baseline_engine": self.baseline_engine, "attribution": self.attribution,
         }
 
     @classmethod
@@ -229,7 +232,8 @@ class Verdict:
                    d.get("machine_offset") or "",
                    mde_kind=MdeBasis(d["mde_kind"]) if d.get("mde_kind") else None,
                    no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None,
-                   engine=d.get("engine") or "", baseline_engine=d.get("baseline_engine") or "")
+                   engine=d.get("engine") or "", baseline_engine=d.get("baseline_engine") or "",
+                   attribution=d.get("attribution") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""

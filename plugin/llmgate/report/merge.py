@@ -2,11 +2,13 @@
 
     python -m llmgate.report.merge --out DIR shard-1/report.json shard-2/report.json …
 
-Writes DIR/report.json and DIR/summary.md (and appends the Markdown to $GITHUB_STEP_SUMMARY when
-set): every verdict of every share, the machine each share ran on, and the shares that are missing.
+Writes DIR/report.json, DIR/summary.md and DIR/report.html, the page (and appends the Markdown to
+$GITHUB_STEP_SUMMARY when set): every verdict of every share, the machine each share ran on, and the shares that are missing.
 A share whose report is absent (a job that failed before writing one, or was cancelled), or whose run
 failed, makes the merged result fail (exit 1), named; nothing is dropped silently.  The shares' count
 comes from the reports (``shard.of``); ``--shards N`` says it where no report may be left to say it.
+``--history DIR``: a run history folder (``--llmgate-history``) whose series the page charts beside
+the verdicts, with their change points.
 Exit 2: a file that is not a shard's report, shares of different splits, a share given twice."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llmgate.report import reports
+from llmgate.report import html, reports
 
 
 class MergeError(ValueError):
@@ -81,7 +83,7 @@ def _machine(device: dict[str, Any]) -> str:
     return f"{name}{f' ({len(gpus)}×)' if len(gpus) > 1 else ''}{f', machine {mid}' if mid else ''}"
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def markdown(doc: dict[str, Any], page: str | None = None) -> str:
     n = max([s["of"] for s in doc["shards"]] + [max(doc["missing_shards"], default=0)])
     lines = []
     for k in doc["missing_shards"]:
@@ -95,7 +97,7 @@ def markdown(doc: dict[str, Any]) -> str:
         lines.append(f"| {s['index']}/{n} | {s['machine']} | {', '.join(s['entries']) or '—'} | {s['exit_status']} |")
     for k in doc["missing_shards"]:
         lines.append(f"| {k}/{n} | — | **missing** | — |")
-    body = reports.markdown(doc).split("\n")
+    body = reports.markdown(doc, page=page).split("\n")
     if doc["missing_shards"] or any(s["exit_status"] for s in doc["shards"]):
         body[0] = "## llmgate: ❌ incomplete: " + ("missing shard(s) " + ", ".join(f"{k}/{n}" for k in doc["missing_shards"])
                                                  if doc["missing_shards"] else "a shard failed")
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("reports", nargs="*", type=Path, help="each shard's report.json")
     ap.add_argument("--out", type=Path, required=True, help="folder for the merged report.json and summary.md")
     ap.add_argument("--shards", type=int, help="how many shards were started (where no report may say it)")
+    ap.add_argument("--history", type=Path, metavar="DIR",
+                    help="a run history folder (--llmgate-history) for the report page's history charts")
     a = ap.parse_args(argv)
     try:
         doc = merge(load(a.reports), a.shards, ["llmgate.report.merge", *map(str, a.reports)])
@@ -115,9 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmgate.report.merge: {e}", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    md = markdown(doc)
+    try:
+        page = html.render(doc, a.out, a.history)
+    except Exception as e:                  # the page is a view of report.json: the merge stands without it
+        page = None
+        doc["notes"].append(f"{html.PAGE} not written: {type(e).__name__}: {e}")
+    md = markdown(doc, page=str(a.out / html.PAGE) if page is not None else None)
     (a.out / "report.json").write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
     (a.out / "summary.md").write_text(md, encoding="utf-8")
+    if page is not None:
+        (a.out / html.PAGE).write_text(page, encoding="utf-8")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(md + "\n")
@@ -125,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     n = len(doc["shards"]) + len(doc["missing_shards"])
     print(f"llmgate: merged {len(doc['shards'])} of {n} shard(s): {c.get('regressed', 0)} regressed, "
           f"{c.get('improved', 0)} improved, {c.get('unchanged', 0)} unchanged, {c.get('inconclusive', 0)} inconclusive, "
-          f"{c.get('no baseline', 0)} without baseline → {a.out / 'summary.md'}")
+          f"{c.get('no baseline', 0)} without baseline → {a.out / 'summary.md'}"
+          + (f", report page {a.out / html.PAGE}" if page is not None else ""))
     for k in doc["missing_shards"]:
         print(f"llmgate: shard {k}/{n} missing: no report", file=sys.stderr)
     for s in doc["shards"]:

@@ -240,6 +240,7 @@ def merge(reports: list[dict[str, Any]], argv: list[str], exit_status: int) -> d
                     [v for r in reports for v in r["verdicts"]], [n for r in reports for n in r["notes"]], argv,
                     exit_status)
     doc["workers"] = [r.get("worker") for r in reports]
+    doc["gpu_sampling"] = [g for r in reports for g in r.get("gpu_sampling") or []]
     doc["compared"] = any(outcomes.compared(r) for r in reports)
     doc["tests"] = dict(sum((Counter(r.get("tests") or {}) for r in reports), Counter()))
     return doc
@@ -261,6 +262,7 @@ def _document(device: dict[str, Any], settings: dict[str, Any], boots: dict[str,
         "tests": {},            # pytest's counts, set by the session at its end
         "verdicts": verdicts,
         "notes": notes,
+        "gpu_sampling": [],     # what the GPU did while figures were measured, set by the session
     }
 
 
@@ -320,8 +322,21 @@ def engine_lines(verdicts: list[dict[str, Any]], boots: dict[str, list[dict[str,
     return [f"engine: {', '.join(built)}"] if built else []
 
 
-def markdown(rep: dict[str, Any]) -> str:
-    """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY)."""
+def page_line(page: str) -> str:
+    """summary.md's line naming the report page: where it is, and in GitHub Actions (``GITHUB_SERVER_URL``,
+    ``GITHUB_REPOSITORY``, ``GITHUB_RUN_ID`` set) a link to the run's artifacts, where it is uploaded."""
+    name = Path(page).name
+    env = os.environ
+    run = (f"{env['GITHUB_SERVER_URL']}/{env['GITHUB_REPOSITORY']}/actions/runs/{env['GITHUB_RUN_ID']}#artifacts"
+           if all(env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")) else None)
+    return (f"**Report page:** `{name}` beside this summary (`{page}`): the verdicts, their charts and the run "
+            f"history in one file, no network needed"
+            + (f"; in the [run's artifacts]({run})" if run else "") + ".")
+
+
+def markdown(rep: dict[str, Any], page: str | None = None) -> str:
+    """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY); ``page``: the
+    report page's path, named in one line under the counts."""
 
     c = rep["counts"]
     o = outcomes.outcome(rep)
@@ -332,6 +347,8 @@ def markdown(rep: dict[str, Any]) -> str:
     lines += [f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · "
               + " · ".join(engine_lines(rep["verdicts"], rep["boots"]) or ["engine: —"])
               + f" · created {rep['created']}", ""]
+    if page:
+        lines += [page_line(page), ""]
     for line in rep.get("baseline_not_saved") or []:
         lines += [f"**❌ {line}**: the run fails; what was measured is below and in report.json.", ""]
     stop = rep.get("interrupted")
@@ -384,18 +401,31 @@ def _tests_text(t: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in t.items() if n)  or "none ran"
 
 
-def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None) -> list[Path]:
-    """report.json, summary.md and the plots under ``out_dir`` (not with ``LLMGATE_PLOTS=0``); the
-    Markdown is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.  Returns the files written."""
+def write_all(rep: dict[str, Any], out_dir: Path, step_summary: str | None,
+              history_dir: Path | None = None) -> list[Path]:
+    """report.json, summary.md, report.html (the page: llmgate.report.html; its charts include the run
+    history of ``history_dir`` where given) and the plots under ``out_dir`` (not with ``LLMGATE_PLOTS=0``);
+    the Markdown is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.  Returns the files written."""
+    from llmgate.report import html
+
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
+    try:
+        page = html.render(rep, out_dir, history_dir)
+    except Exception as e:                  # the page is a view of report.json: the rest of the report stands
+        page = None
+        rep["notes"].append(f"{html.PAGE} not written: {type(e).__name__}: {e}")
     path = out_dir / "report.json"
     _write(path, json.dumps(rep, indent=1, default=str))
     files.append(path)
-    md = markdown(rep)
+    md = markdown(rep, page=str(out_dir / html.PAGE) if page is not None else None)
     path = out_dir / "summary.md"
     _write(path, md)
     files.append(path)
+    if page is not None:
+        path = out_dir / html.PAGE
+        _write(path, page)
+        files.append(path)
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as f:
             f.write(md + "\n")
@@ -530,6 +560,9 @@ def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, referen
     if gs.report_files:
         tr.write_line("")
         tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
+        page = next((f for f in gs.report_files if Path(f).name == "report.html"), None)
+        if page is not None:
+            tr.write_line(f"report page: {page} (open it in a browser: verdicts, charts, run history)")
     regressed = [v for v in verdicts if v.failed]
     if regressed:
         tr.write_line("")

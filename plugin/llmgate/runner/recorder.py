@@ -79,6 +79,8 @@ class Recorder:
         cfg = self.entry
         test = getattr(self.item, "originalname", self.item.name)
         boots, mb = [values], self.boot
+        if info.get("gpu_sampling"):
+            self._keep_gpu_sampling(key, test, mb, info["gpu_sampling"])
         samp: dict[int, tuple[float | None, float | None]] = {1: (sampling, requests)}
         if mb is not None and cfg is not None and self._side is not None:
             return self._record_duet(metric, key, cfg, test, mb, values, raw, sampling, requests, parts, info)
@@ -163,7 +165,8 @@ class Recorder:
         where = attribution(verdict, parts) if parts else None
         if where:
             notes.append(where)
-        verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime)
+        verdict = dataclasses.replace(verdict, test=test, note="; ".join(n for n in notes if n), regime=regime,
+                                      attribution=where or "")
         base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("raw"))
                     if base is not None else None)
         if raw is not None or base_raw is not None:
@@ -481,6 +484,15 @@ class Recorder:
         test: ``--llmgate-min-effect``, then the test's ``@pytest.mark.llmgate(min_effect=…)``, then
         the entry's ``min_effect``, then the metric's own."""
         return self._session.min_effect(metric, key, self.entry, self.item)
+
+    def _keep_gpu_sampling(self, key: str, test: str, mb: MeasurementBoot | None, gpus: dict[Any, Any]) -> None:
+        """report.json's ``gpu_sampling``: what the GPU did while this figure was measured (its clocks,
+        utilisation, throttle reasons; ``hardware.summarize_samples``), with the boot (or boot pair) and side."""
+        cfg = self.entry
+        side = self._side.name if self._side is not None else (mb.side[0] if mb is not None and mb.side else None)
+        self._session.gpu_sampling.append({"config": cfg.id if cfg else self.item.name, "test": test, "key": key,
+                                           "boot": int(mb) if mb is not None else None, "side": side,
+                                           "gpus": {str(i): g for i, g in gpus.items()}})
 
     def set_regime(self, regime: dict[str, Any]) -> None:
         """What bounds this entry (``hardware.classify``): shown beside every verdict of the entry."""

@@ -73,6 +73,9 @@ class GateSession:
         self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
         self.duet_lock = threading.Lock()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
+        # the GPU sampled while a test measured (report.json's gpu_sampling): entry, test, metric key, boot
+        # (or boot pair), side, and per GPU its clocks, utilisation, memory and throttle reasons
+        self.gpu_sampling: list[dict[str, Any]] = []
         self.interrupts = Interrupts()
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
         self.running: str | None = None                             # the test in progress
@@ -287,13 +290,15 @@ class GateSession:
                 verdicts=gs.verdicts, notes=gs.notes, raw=gs.raw, configs=gs.config_detail,
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
+            summary["gpu_sampling"] = list(gs.gpu_sampling)
             if gs.shard is not None:
                 summary["shard"] = gs.shard.info()        # python -m llmgate.report.merge reads it
             summary["interrupted"] = gs.interrupted
             summary["baseline_not_saved"] = not_saved
             gs.outcome_of(session, summary)
             gs.report_files = reports.write_all(summary, gs.out_dir,
-                                               None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"))
+                                               None if gs.worker else os.environ.get("GITHUB_STEP_SUMMARY"),
+                                               history_dir=history_folder(session.config))
         elif distribution.workers(session.config):
             # the controller: the workers wrote their reports under out/gwN/ before they finished
             parts = []
@@ -322,7 +327,8 @@ class GateSession:
                 gs.outcome_of(session, summary)
                 session.config.hook.pytest_llmgate_verdicts(config=session.config, verdicts=list(gs.verdicts))
                 gs.notes = summary["notes"] + gs.notes
-                gs.report_files = reports.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"))
+                gs.report_files = reports.write_all(summary, gs.out_dir, os.environ.get("GITHUB_STEP_SUMMARY"),
+                                                    history_dir=history_folder(session.config))
 
 
     def compared(self) -> bool:
@@ -345,6 +351,15 @@ class GateSession:
 
 
 SESSION_KEY = pytest.StashKey[GateSession]()
+
+
+def history_folder(config: pytest.Config) -> Path | None:
+    """The run history the report page charts (``--llmgate-history``; None with ``--llmgate-no-history``)."""
+    from llmgate.store import history
+    try:
+        return history.folder_for(config)
+    except (ValueError, TypeError):          # options not registered (a bare config in a test)
+        return None
 
 
 def session_counts(config: pytest.Config) -> dict[str, int]:
