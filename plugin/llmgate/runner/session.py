@@ -288,7 +288,7 @@ class GateSession:
                 argv=argv, exit_status=int(session.exitstatus))
             summary["worker"] = gs.worker
             if gs.shard is not None:
-                summary["shard"] = gs.shard.info()        # python -m llmgate.report.merge reads it
+                summary["shard"] = gs.shard.info()        # llmgate merge reads it
             summary["interrupted"] = gs.interrupted
             summary["baseline_not_saved"] = not_saved
             gs.outcome_of(session, summary)
