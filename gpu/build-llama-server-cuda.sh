@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build llama-server (and llama-quantize, for the GGUF quantizations) with CUDA on the GPU machine,
-# from the llama-cpp-python sdist's llama.cpp, with llmgate.install (the CPU build's code path):
+# from the llama-cpp-python sdist's llama.cpp, with `llmgate install` (the CPU build's code path):
 #
 #   gpu/build-llama-server-cuda.sh            (from the repository root; prints the build time)
 #
 # - Source: $LLMGATE_LLAMA_SRC, default .gpu-llama/llama.cpp-src.tar.xz, the slim source pack made
-#   here by `PYTHONPATH=plugin python3 -m llmgate.install llama-src .gpu-llama/llama.cpp-src.tar.xz`
+#   here by `PYTHONPATH=plugin python3 -m llmgate install llama-src .gpu-llama/llama.cpp-src.tar.xz`
 #   (8 MB; the 77 MB sdist does not fit one carry).  Unpacked once into the build cache.
 # - CUDA architectures: $LLMGATE_LLAMA_CUDA_ARCH, default 90 (H200); "off" is the CPU build
 #   (the same path, for checking it on a machine without CUDA).
@@ -76,7 +76,7 @@ cmake --version | head -1
 command -v ninja >/dev/null && echo "ninja $(ninja --version)" || echo "no ninja: CMake's default generator"
 start=$(date +%s)
 set +e
-PYTHONPATH=plugin${PYTHONPATH:+:$PYTHONPATH} "$py" -m llmgate.install llama-server --source "$src" --cuda "$arch" \
+PYTHONPATH=plugin${PYTHONPATH:+:$PYTHONPATH} "$py" -m llmgate install llama-server --source "$src" --cuda "$arch" \
   --jobs "${LLMGATE_BUILD_JOBS:-$(nproc)}" --deadline-s "${LLMGATE_BUILD_DEADLINE_S:-540}" "${extra[@]}" \
   ${LLMGATE_LLAMA_CONFIGURE_ONLY:+--configure-only} 2>&1 | tee /tmp/llmgate-llama-build.out
 rc=${PIPESTATUS[0]}

@@ -102,12 +102,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "every metric as a time, tok/s as seconds per token; llmgate's verdict table is the one to read)")
     g.addoption("--llmgate-history", metavar="DIR",
                 help="folder of the run history: every run appends one record (default: .llmgate/history under "
-                     "the rootdir; read it with python -m llmgate.history DIR)")
+                     "the rootdir; read it with llmgate history DIR)")
     g.addoption("--llmgate-no-history", action="store_true", help="append no record to the run history")
     g.addoption("--llmgate-shard", metavar="K/N",
                 help="run the K-th of N disjoint shares of the selected matrix entries (each entry with its "
                      "reference chain and all its boots), one share per CI job; merge the jobs' reports with "
-                     "python -m llmgate.report.merge")
+                     "llmgate merge")
     g.addoption("--llmgate-shard-durations", metavar="DIR",
                 help="a run history (.llmgate/history of an earlier run, the same folder in every job) whose "
                      "recorded seconds per entry balance the shares (default: by selected tests)")

@@ -30,7 +30,7 @@ def test_two_shards_boot_their_own_entry_and_merge(pytester):
     assert sorted(entries) == [["tiny-a"], ["tiny-b"]]
     saved = sorted(p.name for p in (pytester.path / "baselines").rglob("*.json"))
     assert [n.split("_", 1)[1] for n in saved] == ["cpu-sh1.json", "cpu-sh2.json"], saved
-    m = subprocess.run([sys.executable, "-m", "llmgate.report.merge", "--out", "merged", "sh1/report.json",
+    m = subprocess.run([sys.executable, "-m", "llmgate", "merge", "--out", "merged", "sh1/report.json",
                         "sh2/report.json"], cwd=pytester.path, capture_output=True, text=True)
     assert m.returncode == 0, m.stderr
     merged = json.loads((pytester.path / "merged" / "report.json").read_text())

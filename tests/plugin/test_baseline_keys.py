@@ -1,6 +1,6 @@
 """Baseline keys name the scenario, the matrix entry and the metric, never a file path; files
 stored with llmgate 0.1's keys (``tests/perf/test_decode.py::test_decode_c1[h200]::…``) are
-read as today's keys and rewritten by ``python -m llmgate.store.baseline migrate DIR``."""
+read as today's keys and rewritten by ``llmgate migrate DIR``."""
 
 import json
 import shutil
@@ -110,7 +110,7 @@ def test_migrate_rewrites_old_keys_once_and_keeps_everything_else(tmp_path):
     shutil.copytree(OLD, root)
     (f,) = benchmark_files.stored_files(root)
     before = json.loads(f.read_text())
-    r = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(root)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "llmgate", "migrate", str(root)], capture_output=True,
                        text=True, check=True)
     assert f"{f}: 2 entries migrated" in r.stdout, r.stdout
     after = json.loads(f.read_text())
@@ -121,7 +121,7 @@ def test_migrate_rewrites_old_keys_once_and_keeps_everything_else(tmp_path):
         assert {k: v for k, v in b0.items() if k not in ("name", "fullname")} == \
             {k: v for k, v in b1.items() if k not in ("name", "fullname")}
     benchmark_files.validate_file(f)
-    again = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(root)], capture_output=True,
+    again = subprocess.run([sys.executable, "-m", "llmgate", "migrate", str(root)], capture_output=True,
                            text=True, check=True)
     assert f"{f}: already current" in again.stdout and "0 entries migrated" in again.stdout
 
@@ -139,7 +139,7 @@ def test_the_committed_baselines_are_migrated():
 def test_migrate_refuses_a_corrupt_file_and_leaves_it(tmp_path):
     bad = tmp_path / "0001_bad.json"
     bad.write_text("{not json")
-    r = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(tmp_path)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "llmgate", "migrate", str(tmp_path)], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "not valid JSON" in r.stdout
     assert bad.read_text() == "{not json"

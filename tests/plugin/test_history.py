@@ -8,6 +8,7 @@ import random
 import pytest
 
 from llmgate.analysis import changepoint
+from llmgate import cli
 from llmgate.store import history
 
 pytest_plugins = ["pytester"]
@@ -70,7 +71,7 @@ def test_corrupt_record_is_a_clear_error_naming_the_file_and_nothing_else_is_los
     with pytest.raises(history.HistoryError) as e:
         history.load(tmp_path)
     assert str(bad) in str(e.value) and problem in str(e.value)
-    assert history.main([str(tmp_path)]) == 2
+    assert cli.main(["history", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err
     assert {p: p.read_bytes() for p in good} == before and bad.read_text() == content
@@ -86,7 +87,7 @@ def test_planted_step_is_named_at_its_run_with_size_and_confidence(tmp_path, cap
     assert cp.index == 5 and f.points[5].run_id == paths[5].stem
     assert -0.4 < cp.step < -0.2 and cp.ci[0] < cp.step < cp.ci[1] < 0 and cp.p_value < 0.05
     assert f.worse(cp)
-    assert history.main([str(tmp_path), "--metric", "decode_tok_s"]) == 0
+    assert cli.main(["history", str(tmp_path), "--metric", "decode_tok_s"]) == 0
     out = capsys.readouterr().out
     [line] = [x for x in out.splitlines() if "STEP at run" in x]
     assert paths[5].stem in line and "vllm 0.31.0" in line and "worse" in line and "confidence" in line
@@ -144,7 +145,7 @@ def test_plot_is_written(tmp_path):
     rng = random.Random(1)
     write_runs(tmp_path / "h", [noisy_run(rng, 100, boots=2) for _ in range(3)] + [noisy_run(rng, 60, boots=2)] * 2)
     out = tmp_path / "p.png"
-    assert history.main([str(tmp_path / "h"), "--plot", str(out)]) == 0
+    assert cli.main(["history", str(tmp_path / "h"), "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

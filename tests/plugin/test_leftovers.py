@@ -179,7 +179,7 @@ def test_sweep_stops_a_stray_of_a_dead_run_and_spares_a_reused_pid(tmp_path):
         assert live_rec.exists()
         assert not (strays.folder(tmp_path) / "garbage.json").exists()
         # the command line for a CI step after a cancelled job says the same
-        out = subprocess.run([sys.executable, "-m", "llmgate.strays", str(tmp_path)], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "llmgate", "strays", str(tmp_path)], capture_output=True, text=True)
         assert out.returncode == 0 and "no server left by an earlier run" in out.stdout
     finally:
         for p in (stray, reused, live):

@@ -1,9 +1,9 @@
 """A baseline is identified by content, not place: saved in one checkout, committed, it compares in
-a clone in another folder (CI's), where ``python -m llmgate.tinymodel`` made the same model again.
+a clone in another folder (CI's), where ``llmgate tinymodel`` made the same model again.
 No absolute path is fingerprinted (the model, its tokenizer, a draft model, a file in ``args``, the
 project's folder in ``env``): each by its last part and, for a file or a model folder, its content
-hash.  A file stored with absolute paths (before) compares as well, read portably, and ``python -m
-llmgate.store.baseline migrate`` rewrites it.  Engine-free: the scenario records the figures it is
+hash.  A file stored with absolute paths (before) compares as well, read portably, and ``llmgate
+migrate`` rewrites it.  Engine-free: the scenario records the figures it is
 given (``llmgate_config``, not ``llmgate_server``: nothing is booted)."""
 
 import json
@@ -58,7 +58,7 @@ def git(cwd, *args):
 def make_models(folder):
     """The README's step, in this checkout: the model (and a one-layer draft) made by llmgate."""
     for name, extra in (("our-model", []), ("our-draft", ["--layers", "1"])):
-        subprocess.run([sys.executable, "-m", "llmgate.tinymodel", f"models/{name}", *extra], cwd=folder,
+        subprocess.run([sys.executable, "-m", "llmgate", "tinymodel", f"models/{name}", *extra], cwd=folder,
                        check=True, capture_output=True)
 
 
@@ -161,7 +161,7 @@ def test_a_file_stored_with_absolute_paths_compares_and_is_migrated(pytester):
     r.stdout.fnmatch_lines(["*team-cpu decode_tok_s*baseline 100.0 tok/s*→ now 20.0 tok/s*regressed*"])
     assert stored.read_bytes() == before
     # migrate rewrites the fingerprint (names, the contents it never recorded left out) and nothing else
-    m = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(second / "baselines")],
+    m = subprocess.run([sys.executable, "-m", "llmgate", "migrate", str(second / "baselines")],
                        capture_output=True, text=True, check=True)
     assert f"{stored}: 1 entry migrated" in m.stdout, m.stdout
     (bench,) = json.loads(stored.read_text())["benchmarks"]
@@ -173,7 +173,7 @@ def test_a_file_stored_with_absolute_paths_compares_and_is_migrated(pytester):
     r = gate(pytester, second, SAME, "--benchmark-compare")
     r.assert_outcomes(passed=1)
     r.stdout.fnmatch_lines(["*| decode tok/s (c=1) *| 100.0 tok/s *| +0.0% *| inconclusive *|"])
-    again = subprocess.run([sys.executable, "-m", "llmgate.store.baseline", "migrate", str(second / "baselines")],
+    again = subprocess.run([sys.executable, "-m", "llmgate", "migrate", str(second / "baselines")],
                            capture_output=True, text=True, check=True)
     assert f"{stored}: already current" in again.stdout
 

@@ -1,4 +1,4 @@
-"""--llmgate-shard K/N and python -m llmgate.report.merge, end to end without an engine (pytester): two
+"""--llmgate-shard K/N and llmgate merge, end to end without an engine (pytester): two
 shards, each its own pytest process, merge to the verdict set of one unsharded run; their saved parts
 are one baseline to a later comparison; a missing shard fails the merge, named; a share the split
 leaves empty passes."""
@@ -60,7 +60,7 @@ def verdicts(path):
 
 
 def merge(pytester, *args):
-    return subprocess.run([sys.executable, "-m", "llmgate.report.merge", *map(str, args)], cwd=pytester.path,
+    return subprocess.run([sys.executable, "-m", "llmgate", "merge", *map(str, args)], cwd=pytester.path,
                           capture_output=True, text=True)
 
 

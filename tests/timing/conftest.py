@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def llama_server_built(request):
-    """The llama-server to run: waits for a llama.cpp build in progress (``python -m llmgate.install
+    """The llama-server to run: waits for a llama.cpp build in progress (``llmgate install
     llama-server`` in another process, as ``tox -e selftest`` and ``.ci/run`` start it), starts one
     when none ran, and says how long it waited; a failed build fails the test in one line."""
     try:

@@ -15,7 +15,7 @@ One A/B run covers both: sides A and B (the same llama-server binary, given to e
 launcher, as a pinned and a nightly build would be), boots alternating A B A B … (5 rounds: the
 fewest for which a paired test can reach p < 0.05).  The machinery is engine-agnostic (a side's
 launcher replaces the entry's; for a Python engine it is the interpreter, as in
-``python -m llmgate.levers.bisection``).
+``llmgate bisect``).
 
 Seen in CI with vLLM: against A's own boots, unpaired, the same injected slowdown (−21%) was NOT
 significant (p = 0.24): decode speed moved ±40% from one vLLM boot to the next on the

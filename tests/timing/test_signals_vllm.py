@@ -270,7 +270,7 @@ def test_sigkill_mid_measurement_leaves_no_engine(pytester):
     print(f"SIGKILL of pytest: no engine process left after {took:.1f} s")
     # the record stays (pytest had no chance to remove it); the next sweep finds nothing running and drops it
     assert len(strays.records(pytester.path / ".llmgate")) == 1
-    sweep = subprocess.run([sys.executable, "-m", "llmgate.strays", ".llmgate"], cwd=pytester.path,
+    sweep = subprocess.run([sys.executable, "-m", "llmgate", "strays", ".llmgate"], cwd=pytester.path,
                            capture_output=True, text=True)
     assert sweep.returncode == 0 and "no server left by an earlier run" in sweep.stdout, sweep.stdout
     assert not strays.records(pytester.path / ".llmgate")

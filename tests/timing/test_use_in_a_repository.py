@@ -10,7 +10,7 @@ configuration (every model step of the engine 40 ms longer, behind the interpret
 launches vLLM with: decode about 5× slower, far beyond the ±25–40% these 2-core machines swing
 between boots) fails, naming the metric, the baseline and the new value, after a confirmation
 run on a fresh server.  Each run appends a record to the project's run history, and
-``python -m llmgate.history`` prints them with the engine release that served them.  Five vLLM
+``llmgate history`` prints them with the engine release that served them.  Five vLLM
 boots in all (save, compare, the slowed run and its two confirmation boots), and no engine
 process left after them.  The slowed run's report page (report.html) is then opened in headless
 Chromium (no boot of its own; skipped, saying so, where no chromium is installed): every verdict of
@@ -154,7 +154,7 @@ def project(tmp_path_factory):
     sh([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", engine_wheel], env=env)
 
     model = tmp / "models" / "our-model"
-    sh([py, "-m", "llmgate.tinymodel", model], env=env)
+    sh([venv / "bin" / "llmgate", "tinymodel", model], env=env)       # the console script the wheel installed
     (model / tinymodel.MANIFEST).unlink()        # a team's own folder: weights, config and tokenizer only
     proj = tmp / "project"
     proj.mkdir()
@@ -310,7 +310,7 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     assert dec["provenance"]["config_fingerprint"]
     first_dec = next(s for s in records[0]["series"] if s["key"] == "decode_tok_s")
     assert first_dec["provenance"]["config_fingerprint"] == dec["provenance"]["config_fingerprint"]
-    h = sh([project["py"], "-m", "llmgate.history", hist, "--metric", "decode_tok_s"], cwd=proj, env=project["env"])
+    h = sh([project["venv"] / "bin" / "llmgate", "history", hist, "--metric", "decode_tok_s"], cwd=proj, env=project["env"])
     assert "team-cpu test_decode_c1 decode_tok_s (tok/s, higher is better): 2 run(s)" in h.stdout, h.stdout
     assert all(rec["run"]["id"] in h.stdout for rec in records) and f"vllm {engine['version']}" in h.stdout
     assert "too few runs to tell" in h.stdout

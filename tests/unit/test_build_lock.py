@@ -60,7 +60,7 @@ def test_a_second_build_and_the_timing_tests_wait_for_the_first(tmp_path, monkey
     env = stub_cmake(tmp_path, monkeypatch)
     src = source(tmp_path)
     assert install.wait_for_build() == 0.0                  # no build ever: at once
-    first = subprocess.Popen([sys.executable, "-m", "llmgate.install", "llama-server", "--jobs", "1",
+    first = subprocess.Popen([sys.executable, "-m", "llmgate", "install", "llama-server", "--jobs", "1",
                               "--source", str(src)], env=env, stdout=subprocess.PIPE, text=True)
     lock = tmp_path / "cache" / "llama.cpp" / install.LOCK
     t0 = time.monotonic()
@@ -78,7 +78,7 @@ def test_a_second_build_and_the_timing_tests_wait_for_the_first(tmp_path, monkey
     # a second build started while the first runs waits for it, then finds its binary
     (home / "llmgate-build.json").unlink()
     (home / "build" / "bin" / "llama-server").unlink()
-    first = subprocess.Popen([sys.executable, "-m", "llmgate.install", "llama-server", "--jobs", "1",
+    first = subprocess.Popen([sys.executable, "-m", "llmgate", "install", "llama-server", "--jobs", "1",
                               "--source", str(src)], env=env, stdout=subprocess.PIPE, text=True)
     while lock.read_text().strip() != str(first.pid):
         assert first.poll() is None, "the first build never took the lock"
@@ -92,7 +92,7 @@ def test_a_second_build_and_the_timing_tests_wait_for_the_first(tmp_path, monkey
 
 def background(env: dict[str, str], src: Path) -> tuple[float, str]:
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "llmgate.install", "llama-server", "--background", "--jobs", "1",
+    r = subprocess.run([sys.executable, "-m", "llmgate", "install", "llama-server", "--background", "--jobs", "1",
                         "--source", str(src)], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     return time.monotonic() - t0, r.stdout
@@ -128,7 +128,7 @@ def test_a_background_build_returns_at_once_at_the_lowest_priority_and_is_built_
 
     # a second start while it runs starts nothing; .ci/run's own start (a build) waits for it, then finds it
     secs, out = background(env, src)
-    assert out.strip() == f"llmgate.install: a llama.cpp build (pid {pid}) is in progress: not starting another"
+    assert out.strip() == f"llmgate install: a llama.cpp build (pid {pid}) is in progress: not starting another"
     said: list[str] = []
     binary = install.build_llama_server(jobs=1, source=src, log=said.append)
     assert said == [f"waiting for the llama.cpp build of pid {pid} to finish …",
@@ -136,7 +136,7 @@ def test_a_background_build_returns_at_once_at_the_lowest_priority_and_is_built_
     ended(pid)
     assert "built " in (tmp_path / "cache" / "llama.cpp" / install.BUILD_LOG).read_text()
     secs, out = background(env, src)
-    assert out.strip() == f"llmgate.install: llama-server already there: {binary}"
+    assert out.strip() == f"llmgate install: llama-server already there: {binary}"
     assert install.await_llama_server(log=said.append) == binary and len(said) == 2     # at once, silently
 
 

@@ -102,11 +102,11 @@ def test_the_readme_s_second_command_starts_the_llama_server_build_that_ci_share
     ini = configparser.ConfigParser(interpolation=None)
     ini.read(REPO / "tox.ini")
     pre = [line.strip() for line in ini["testenv:selftest"]["commands_pre"].strip().splitlines()]
-    start = "{work_dir}{/}gate{/}bin{/}python -m llmgate.install llama-server --background"
+    start = "{work_dir}{/}gate{/}bin{/}python -m llmgate install llama-server --background"
     assert start in pre, pre
     assert any(" -e gate --notest" in line for line in pre[:pre.index(start)]), pre     # gate's python exists
     assert "--background" not in ini["testenv:selftest"]["commands"]
     ci = (REPO / ".ci" / "run").read_text()
     llama_start = ci.split("llama_start() {", 1)[1].split("\n}", 1)[0]
     assert "setsid sh -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 " in llama_start
-    assert "python3 -m llmgate.install llama-server'" in llama_start
+    assert "python3 -m llmgate install llama-server'" in llama_start

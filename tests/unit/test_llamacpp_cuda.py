@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgate import cli
 from llmgate.tools import install
 from llmgate.engines import llamacpp
 from llmgate.config.matrix import ServerConfig
@@ -114,6 +115,6 @@ def test_a_source_that_is_no_pack_is_one_line_exit_2(tmp_path, capsys):
         readme.write_text("not a slim pack")
         tar.add(readme, arcname="llama_cpp_python-0.3.36/README.md")
     for source in (tmp_path, tarball, tmp_path / "missing.tar.xz"):
-        assert install.main(["llama-server", "--source", str(source), "--configure-only"]) == 2
+        assert cli.main(["install", "llama-server", "--source", str(source), "--configure-only"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "--source takes a slim source pack" in err and str(source) in err, err

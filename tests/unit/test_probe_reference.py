@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from llmgate.levers import probe
+from llmgate import cli
 from llmgate.report import reference
 from llmgate.config.matrix import ServerConfig
 
@@ -81,5 +82,5 @@ def test_seed_reference_ships_with_conditions(tmp_path, capsys, monkeypatch):
     runfile = tmp_path / "last-run.json"
     runfile.write_text(json.dumps(run))
     monkeypatch.setattr(reference, "REFERENCE_DIRS", (root,))
-    assert reference.main(["--run", str(runfile)]) == 0
+    assert cli.main(["reference", "--run", str(runfile)]) == 0
     assert "SGLang aggregate at 8 users" in capsys.readouterr().out

@@ -1,8 +1,9 @@
-"""`python -m llmgate.report.sensitivity`: what a stored baseline can see, read from committed files."""
+"""`llmgate sensitivity`: what a stored baseline can see, read from committed files."""
 
 import json
 from pathlib import Path
 
+from llmgate import cli
 from llmgate.report import sensitivity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,12 +43,12 @@ def test_one_boot_says_its_noise_is_unknown(tmp_path):
 def test_bad_input_is_one_clear_line(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"benchmarks": [')
-    assert sensitivity.main([str(bad)]) == 2
+    assert cli.main(["sensitivity", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a readable JSON file" in err
-    assert sensitivity.main([str(STORED / "0005_h200-8b.json"), "--target", "5"]) == 2
+    assert cli.main(["sensitivity", str(STORED / "0005_h200-8b.json"), "--target", "5"]) == 2
     assert "between 0 and 1" in capsys.readouterr().err
-    assert sensitivity.main([str(STORED / "0005_h200-8b.json"), "--entry", "no-such-entry"]) == 1
+    assert cli.main(["sensitivity", str(STORED / "0005_h200-8b.json"), "--entry", "no-such-entry"]) == 1
     assert "no llmgate figure matches" in capsys.readouterr().err
 
 

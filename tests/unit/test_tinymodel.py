@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from llmgate import cli
 from llmgate.models import tinymodel
 from llmgate.models.tinymodel import TinySpec
 
@@ -68,7 +69,7 @@ def test_bf16_rounding():
 
 
 def test_command_line(cache, tmp_path, capsys):
-    assert tinymodel.main([str(tmp_path / "out"), "--layers", "1", "--hidden", "64", "--heads", "2", "--kv-heads", "1",
+    assert cli.main(["tinymodel", str(tmp_path / "out"), "--layers", "1", "--hidden", "64", "--heads", "2", "--kv-heads", "1",
                            "--intermediate", "128", "--vocab", "1024", "--max-position", "2048"]) == 0
     assert (tmp_path / "out" / "model.safetensors").is_file()
     assert str(tmp_path / "out") in capsys.readouterr().out

@@ -144,7 +144,7 @@ REGISTRY: dict[str, Metric] = {}
 
 
 def register(metric: Metric) -> Metric:
-    """Make a metric known by name (``--llmgate-min-effect NAME=…``, ``python -m llmgate.history``);
+    """Make a metric known by name (``--llmgate-min-effect NAME=…``, ``llmgate history``);
     a second, different metric of one name is refused."""
     known = REGISTRY.get(metric.name)
     if known is not None and known != metric:

@@ -1,7 +1,7 @@
 """llama.cpp: ``llama-server -m MODEL.gguf``.
 
 - Binary: the entry's ``launcher``, else ``$LLMGATE_LLAMA_SERVER``, else ``llama-server`` on
-  PATH, else the one ``python -m llmgate.install llama-server`` built.  ``llama-quantize``
+  PATH, else the one ``llmgate install llama-server`` built.  ``llama-quantize``
   is taken from beside it.
 - Model: a ``.gguf`` file, a folder holding one (the first part of a split one), or a folder made
   by llmgate.models.tinymodel (converted to GGUF with the same weights); ``quantization`` (``Q8_0``,
@@ -47,7 +47,7 @@ from llmgate.core.types import ServerConfig
 from llmgate.engines.meters import Delta, SpecAcceptance
 from llmgate.engines.base import BaseAdapter, BootDiagnosis, EngineInfo, convert_once, last_match
 
-INSTALL_HINT = "build it with `python -m llmgate.install llama-server` (llama.cpp from the llama-cpp-python sdist, ~10 min on 2 cores) or set LLMGATE_LLAMA_SERVER"
+INSTALL_HINT = "build it with `llmgate install llama-server` (llama.cpp from the llama-cpp-python sdist, ~10 min on 2 cores) or set LLMGATE_LLAMA_SERVER"
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 

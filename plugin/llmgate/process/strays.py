@@ -11,16 +11,16 @@ stops the recorded process group, but only while the recorded process still exis
 recorded start time, so a pid the system has since given to another process is never
 signalled.
 
-    python -m llmgate.strays [OUT]     # the same sweep outside pytest (default OUT: .llmgate)
+    llmgate strays [OUT]     # the same sweep outside pytest (default OUT: .llmgate)
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -204,15 +204,18 @@ def _stop(procs: list[psutil.Process], grace_s: float) -> list[psutil.Process]:
     return _wait(alive, 5)
 
 
-def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else Path(".llmgate")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate strays``'s arguments (llmgate.cli)."""
+    ap.add_argument("out", nargs="?", type=Path, default=Path(".llmgate"),
+                    help="the run's output folder, --llmgate-out (default .llmgate)")
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate strays [OUT]``: the sweep; exit 1 when a server could not be stopped."""
+    out = a.out
     swept = stop_strays(out)
     for line in swept.lines:
         print(line)
     if not swept.lines:
         print(f"llmgate: no server left by an earlier run under {out}")
     return 1 if swept.not_stopped else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """One result from the reports of a sharded gate (``--llmgate-shard K/N``, one CI job a share).
 
-    python -m llmgate.report.merge --out DIR shard-1/report.json shard-2/report.json …
+    llmgate merge --out DIR shard-1/report.json shard-2/report.json …
 
 Writes DIR/report.json, DIR/summary.md and DIR/report.html, the page (and appends the Markdown to
 $GITHUB_STEP_SUMMARY when set): every verdict of every share, the machine each share ran on, and the shares that are missing.
@@ -104,19 +104,21 @@ def markdown(doc: dict[str, Any], page: str | None = None) -> str:
     return "\n".join(body[:1] + lines + [""] + body[1:])
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.report.merge",
-                                 description="one report from the reports of a sharded gate (--llmgate-shard K/N)")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate merge``'s arguments (llmgate.cli)."""
     ap.add_argument("reports", nargs="*", type=Path, help="each shard's report.json")
     ap.add_argument("--out", type=Path, required=True, help="folder for the merged report.json and summary.md")
     ap.add_argument("--shards", type=int, help="how many shards were started (where no report may say it)")
     ap.add_argument("--history", type=Path, metavar="DIR",
                     help="a run history folder (--llmgate-history) for the report page's history charts")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate merge --out DIR REPORT...``: write the merged report; its exit status (module docstring)."""
     try:
-        doc = merge(load(a.reports), a.shards, ["llmgate.report.merge", *map(str, a.reports)])
+        doc = merge(load(a.reports), a.shards, ["llmgate", "merge", *map(str, a.reports)])
     except MergeError as e:
-        print(f"llmgate.report.merge: {e}", file=sys.stderr)
+        print(f"llmgate merge: {e}", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
     try:
@@ -144,7 +146,3 @@ def main(argv: list[str] | None = None) -> int:
         if s["exit_status"]:
             print(f"llmgate: shard {s['index']}/{n} exited {s['exit_status']}: {s['report']}", file=sys.stderr)
     return doc["exit_status"]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

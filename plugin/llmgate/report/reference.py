@@ -2,7 +2,7 @@
 the conditions of both.  The figures are files of the repository's ``baselines/reference/``, read
 from the working directory (or a path given by name); they are not part of the installed package.
 
-    python -m llmgate.reference [--run .llmgate/report.json] [--reference seed-rtx4070]
+    llmgate reference [--run .llmgate/report.json] [--reference seed-rtx4070]
 
 A reference figure is information, never a gate: it was measured on another card, model
 and engine build.  Where a figure names a metric of llmgate's, the run's matching values
@@ -112,24 +112,24 @@ def table(reference: dict[str, Any], run: dict[str, Any] | None) -> str:
                                              tablefmt="github")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.reference", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reference", default="seed-rtx4070")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate reference``'s arguments (llmgate.cli)."""
+    ap.add_argument("--reference", default="seed-rtx4070",
+                    help="a name under baselines/reference/ or a file (default seed-rtx4070)")
     ap.add_argument("--run", default=".llmgate/report.json", help="a run summary written by llmgate")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate reference``: the reference's figures, and the run's beside them when there is one."""
     try:
         ref = load(a.reference)
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"llmgate reference: {e}", file=sys.stderr)
         return 2
-    run = None
+    summary = None
     if Path(a.run).is_file():
-        run = json.loads(Path(a.run).read_text())
+        summary = json.loads(Path(a.run).read_text())
     else:
         print(f"(no run summary at {a.run}: showing the reference alone)", file=sys.stderr)
-    print(table(ref, run))
+    print(table(ref, summary))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

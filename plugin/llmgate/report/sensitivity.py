@@ -9,7 +9,7 @@ averages away: what ``--benchmark-compare`` with this file sees), and the boots 
 same-session MDE to the metric's own minimum effect and to a target (default 5%).  A file of one boot a side has no
 between-boot noise: its rows say so, as the verdicts would (they then assume the device's prior).
 
-    python -m llmgate.report.sensitivity baselines/Linux-CPython-3.12-64bit/0005_h200-8b.json [...]
+    llmgate sensitivity baselines/Linux-CPython-3.12-64bit/0005_h200-8b.json [...]
         [--entry ID] [--metric NAME] [--target 0.05] [--markdown]
 """
 
@@ -121,17 +121,19 @@ def _fmt(x: float, unit: str) -> str:
     return f"{x:.4g} {unit}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.report.sensitivity",
-                                 description="what a stored baseline can see: noise, MDE and the boots a side for a target")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate sensitivity``'s arguments (llmgate.cli)."""
     ap.add_argument("files", nargs="+", help="pytest-benchmark files saved by llmgate (baselines/…/NNNN_NAME.json)")
     ap.add_argument("--entry", help="one matrix entry id")
     ap.add_argument("--metric", help="metrics whose key starts with this (e.g. decode_tok_s, ttft_p50@c8)")
     ap.add_argument("--target", type=float, default=0.05, help="the MDE to reach, as a fraction (default 0.05)")
     ap.add_argument("--markdown", action="store_true", help="a Markdown table (default: plain)")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate sensitivity FILE...``: the table; exit 1 when nothing matches, 2 for a bad file or target."""
     if not 0 < a.target < 1 or not math.isfinite(a.target):
-        print(f"llmgate.report.sensitivity: --target {a.target}: give a fraction between 0 and 1, e.g. 0.05",
+        print(f"llmgate sensitivity: --target {a.target}: give a fraction between 0 and 1, e.g. 0.05",
               file=sys.stderr)
         return 2
     table: list[list[str]] = []
@@ -139,16 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             found = rows(Path(f), a.entry, a.metric, a.target)
         except SensitivityError as e:
-            print(f"llmgate.report.sensitivity: {e}", file=sys.stderr)
+            print(f"llmgate sensitivity: {e}", file=sys.stderr)
             return 2
         table += found
     if not table:
-        print("llmgate.report.sensitivity: no llmgate figure matches in " + ", ".join(a.files), file=sys.stderr)
+        print("llmgate sensitivity: no llmgate figure matches in " + ", ".join(a.files), file=sys.stderr)
         return 1
     headers = [*HEADERS[:-1], f"K for {a.target:.0%}"]
     print(tabulate(table, headers=headers, tablefmt="github" if a.markdown else "simple"))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

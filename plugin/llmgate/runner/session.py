@@ -292,7 +292,7 @@ class GateSession:
             summary["worker"] = gs.worker
             summary["gpu_sampling"] = list(gs.gpu_sampling)
             if gs.shard is not None:
-                summary["shard"] = gs.shard.info()        # python -m llmgate.report.merge reads it
+                summary["shard"] = gs.shard.info()        # llmgate merge reads it
             summary["interrupted"] = gs.interrupted
             summary["baseline_not_saved"] = not_saved
             gs.outcome_of(session, summary)

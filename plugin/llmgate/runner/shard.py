@@ -10,7 +10,7 @@ where ``--llmgate-shard-durations DIR`` names a run history that times every sel
 every job sees alike: committed, or an artifact of an earlier run; a job's own history differs from
 another's and would split differently); ties go by the unit's name, so every job works out the same
 split from the same selection and durations.  Tests of no matrix entry (plain tests beside the scenarios)
-run in share 1.  ``python -m llmgate.report.merge`` makes one report of the shares' reports, naming
+run in share 1.  ``llmgate merge`` makes one report of the shares' reports, naming
 any that is missing.
 
 Registered as a plugin of the session by ``llmgate.plugin`` when the option is given."""

@@ -5,8 +5,8 @@ with, or saying why there is none.
 
 Beside it in store/: ``benchmark_files`` (what llmgate relies on in pytest-benchmark's
 internals, and the stored files), ``keys`` (the stored keys and their migration), and
-``fingerprint`` (what makes two stored results comparable).  ``python -m llmgate.store.baseline
-migrate DIR`` gives stored files today's keys (``keys.main``).
+``fingerprint`` (what makes two stored results comparable).  ``llmgate migrate DIR`` gives stored
+files today's keys (``keys.run``).
 """
 
 from __future__ import annotations
@@ -420,9 +420,3 @@ def baseline_noise(bench: dict[str, Any]):
     info = (bench.get("extra_info") or {}).get(EXTRA_KEY) or {}
     noise = Noise.from_dict(info.get("noise"))
     return noise if noise is not None and noise.df >= 1 else None
-
-
-if __name__ == "__main__":
-    from llmgate.store.keys import main
-
-    raise SystemExit(main())

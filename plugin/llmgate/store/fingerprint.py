@@ -8,7 +8,7 @@ last part, with the content hash of a file or a model folder (``draft@sha256:<16
 ``portable_config``), the project's folder itself (pytest's rootdir) as ``.``; the model's own
 content is ``model_hash``.  A fingerprint stored with
 absolute paths (before they were made portable) is read with their last parts (``legacy_paths``, on every
-read: ``stored_fingerprint``; ``python -m llmgate.store.baseline migrate`` rewrites the files),
+read: ``stored_fingerprint``; ``llmgate migrate`` rewrites the files),
 and a path it recorded without a content hash is taken to be the one of the same name.
 """
 

@@ -1,8 +1,8 @@
-"""Run history: every gate run appends one record, and ``python -m llmgate.history`` shows each
+"""Run history: every gate run appends one record, and ``llmgate history`` shows each
 metric over runs and names the run where it stepped beyond its noise.
 
-    python -m llmgate.history [DIR] [--metric KEY] [--entry ID] [--test NAME] [--plot OUT.png]
-                              [--alpha A] [--min-step FRACTION]
+    llmgate history [DIR] [--metric KEY] [--entry ID] [--test NAME] [--plot OUT.png]
+                    [--alpha A] [--min-step FRACTION]
 
 Store: ``<rootdir>/.llmgate/history/`` unless ``--llmgate-history DIR`` (``--llmgate-no-history``
 writes nothing).  One JSON file per run (per pytest-xdist worker), named
@@ -431,9 +431,8 @@ def plot(findings: list[Finding], out: Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.history",
-                                 description="each metric over gate runs, and the run where it stepped beyond its noise")
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate history``'s arguments (llmgate.cli)."""
     ap.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help=f"history folder (default {DEFAULT_DIR})")
     ap.add_argument("--metric", help="metric key, e.g. decode_tok_s or ttft_p95@c8")
     ap.add_argument("--entry", help="matrix entry id")
@@ -443,19 +442,23 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"significance level of a step (default {changepoint.DEFAULT_ALPHA})")
     ap.add_argument("--min-step", type=float, default=changepoint.DEFAULT_MIN_STEP,
                     help=f"smallest relative step that is named (default {changepoint.DEFAULT_MIN_STEP})")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate history [DIR]``: each selected series and its steps; exit 1 when none matches, 2 for
+    a missing folder or a corrupt record."""
     folder = Path(a.dir)
     if not folder.is_dir():
-        print(f"llmgate.store.history: no history folder {folder}", file=sys.stderr)
+        print(f"llmgate history: no history folder {folder}", file=sys.stderr)
         return 2
     try:
         records = load(folder)
     except HistoryError as e:
-        print(f"llmgate.store.history: {e}", file=sys.stderr)
+        print(f"llmgate history: {e}", file=sys.stderr)
         return 2
     findings = analyse(records, a.metric, a.entry, a.test, a.alpha, a.min_step)
     if not findings:
-        print(f"llmgate.store.history: {len(records)} record(s) in {folder}, no series matches", file=sys.stderr)
+        print(f"llmgate history: {len(records)} record(s) in {folder}, no series matches", file=sys.stderr)
         return 1
     print(f"{len(records)} run record(s) in {folder}")
     for f in findings:
@@ -472,7 +475,3 @@ def _stamp(t: float) -> str:
 
 def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

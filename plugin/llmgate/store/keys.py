@@ -3,12 +3,13 @@
 ``test_``, so the key does not depend on where the scenario's file lies (in the installed
 package, in a team's own ``tests/``).  Files stored with the keys of llmgate 0.1
 (``tests/perf/test_decode.py::test_decode_c1[h200]::…``) are read as the new keys, and
-``python -m llmgate.store.baseline migrate DIR`` (``main`` here) rewrites them, and gives
+``llmgate migrate DIR`` (``run`` here) rewrites them, and gives
 fingerprints stored with absolute paths their portable form (``fingerprint.migrate_fingerprint``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -123,17 +124,15 @@ def migrate_file(path: Path) -> int:
     return changed
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m llmgate.store.baseline migrate DIR…``: give stored baselines today's keys and
-    portable fingerprints."""
-    import argparse
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate migrate``'s arguments (llmgate.cli)."""
+    ap.add_argument("folders", nargs="+", type=Path, metavar="DIR",
+                    help="baseline storage folders (e.g. baselines/) or stored files")
 
-    ap = argparse.ArgumentParser(prog="python -m llmgate.store.baseline")
-    sub = ap.add_subparsers(dest="command", required=True)
-    mig = sub.add_parser("migrate", help="rewrite stored files' llmgate entries with keys and fingerprints "
-                                             "independent of file paths")
-    mig.add_argument("folders", nargs="+", type=Path, help="baseline storage folders (e.g. baselines/)")
-    args = ap.parse_args(argv)
+
+def run(args: argparse.Namespace) -> int:
+    """``llmgate migrate DIR…``: rewrite stored files' llmgate entries with keys and fingerprints
+    independent of file paths."""
     total = 0
     for folder in args.folders:
         files = stored_files(folder) if folder.is_dir() else [folder]

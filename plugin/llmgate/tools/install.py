@@ -1,6 +1,6 @@
 """Engines that are not a pip install away, built locally and cached outside the repository.
 
-    python -m llmgate.install llama-server [--jobs N]
+    llmgate install llama-server [--jobs N]
 
 llama-server: the sdist of ``llama-cpp-python`` (PyPI) carries the full llama.cpp source under
 ``vendor/llama.cpp``.  Only the ``llama-server`` and ``llama-quantize`` targets are built, as a
@@ -18,7 +18,7 @@ Ninja is used when it is on PATH.  ``--deadline-s S`` stops the build after S se
 so: run it again and Ninja goes on where it stopped (for machines whose commands are limited
 to 10 minutes).  ``--source`` takes the llama.cpp tree from a slim source pack made by
 
-    python -m llmgate.install llama-src OUT.tar.xz
+    llmgate install llama-src OUT.tar.xz
 
 (the sdist's vendor/llama.cpp without its vocab models, docs, tests, examples and benches:
 the 77 MB sdist does not fit a 64 MiB carry; the pack names the sdist and llama.cpp commit).
@@ -113,7 +113,7 @@ def build_in_progress() -> str | None:
 
 
 def wait_for_build(log=print) -> float:
-    """Seconds spent waiting for a llama.cpp build in progress (``python -m llmgate.install``,
+    """Seconds spent waiting for a llama.cpp build in progress (``llmgate install``,
     another process) to end; 0 when none runs.  Says once whose build it waits for."""
     path = cache_root() / LOCK
     if not path.is_file():
@@ -212,7 +212,7 @@ def source_tree(source: Path | None = None, log=print) -> tuple[Path, dict]:
         return src / "vendor" / "llama.cpp", {"sdist": sdist.name, "sdist_sha256_16": key,
                                                "llama_cpp_commit": head.read_text().strip() if head.is_file() else None}
     source = Path(source)
-    what = ("a slim source pack written by `python -m llmgate.install llama-src OUT.tar.xz`, or the "
+    what = ("a slim source pack written by `llmgate install llama-src OUT.tar.xz`, or the "
             "folder it unpacks to")
     if source.is_dir():
         if not (source / SRC_MANIFEST).is_file():
@@ -314,7 +314,7 @@ def last_failure() -> str | None:
 
 
 def start_in_background(args: list[str] | tuple[str, ...] = (), log=print) -> subprocess.Popen | None:
-    """Start ``python -m llmgate.install llama-server ARGS`` detached at the lowest priority (see the
+    """Start ``python -m llmgate install llama-server ARGS`` detached at the lowest priority (see the
     module docstring) and return it at once; None, starting nothing, when a llama-server is already
     there or a build is in progress."""
     found = find_llama_server()
@@ -335,7 +335,7 @@ def start_in_background(args: list[str] | tuple[str, ...] = (), log=print) -> su
     # (where the kernel groups processes by session, a nice value weighs only against the same
     # session's processes, and every engine server runs in a session of its own), and nice 19 in it
     cmd = ["sh", "-c", 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$0" "$@"',
-           sys.executable, "-m", "llmgate.install", "llama-server", *args]
+           sys.executable, "-m", "llmgate", "install", "llama-server", *args]
     with open(root / BUILD_LOG, "w") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -417,8 +417,8 @@ def _build(jobs, log, cuda_arch, deadline_s, source, cmake_args, configure_only)
     return binary
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.install", description=__doc__.split("\n\n")[0])
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate install``'s arguments (llmgate.cli)."""
     ap.add_argument("what", choices=["llama-server", "llama-src"],
                     help="llama-server: build it; llama-src: write the slim source pack to OUT")
     ap.add_argument("out", nargs="?", help="llama-src: the .tar.xz to write")
@@ -431,32 +431,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--background", action="store_true",
                     help="start the build detached at the lowest priority and return at once (nothing when "
                          "a llama-server is there or a build is in progress)")
-    a = ap.parse_args(argv)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate install llama-server|llama-src``: build llama-server, or write the slim source pack."""
     if a.background:
         if a.what != "llama-server":
-            ap.error("--background is for llama-server")
+            raise argparse.ArgumentError(None, "--background is for llama-server")
         forward = [*(["--jobs", str(a.jobs)] if a.jobs else []), *(["--cuda", a.cuda] if a.cuda else []),
                    *(["--deadline-s", str(a.deadline_s)] if a.deadline_s else []),
                    *(["--source", str(a.source.resolve())] if a.source else []),
                    *(f"--cmake-arg={x}" for x in a.cmake_arg), *(["--configure-only"] if a.configure_only else [])]
-        start_in_background(forward, log=lambda msg: print(f"llmgate.install: {msg}", flush=True))
+        start_in_background(forward, log=lambda msg: print(f"llmgate install: {msg}", flush=True))
         return 0
     if a.what == "llama-src":
         if not a.out:
-            ap.error("llama-src needs OUT (the .tar.xz to write)")
+            raise argparse.ArgumentError(None, "llama-src needs OUT (the .tar.xz to write)")
         pack_source(Path(a.out))
         return 0
     try:
         print(build_llama_server(a.jobs, cuda_arch=a.cuda, deadline_s=a.deadline_s, source=a.source,
                                  cmake_args=a.cmake_arg, configure_only=a.configure_only))
     except BuildIncomplete as e:
-        print(f"llmgate.tools.install: {e}", file=sys.stderr)
+        print(f"llmgate install: {e}", file=sys.stderr)
         return 3
     except BadSource as e:
-        print(f"llmgate.tools.install: {e}", file=sys.stderr)
+        print(f"llmgate install: {e}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

