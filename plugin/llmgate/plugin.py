@@ -410,4 +410,4 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config):
         gs = config.stash.get(SESSION_KEY, None)
         if gs is not None:
             reports.terminal_section(terminalreporter, gs, hidden, config.getoption("llmgate_reference"),
-                                    config.rootpath / "baselines" / "reference")
+                                    config.rootpath / config.getini("llmgate_baselines") / "reference")
