@@ -93,7 +93,9 @@ def test_ttft_c1(gate):
                 continue
             # a batch mean per batch: the sampling variance of their mean, on the log scale
             var = (statistics.variance(values) / len(values)) / mean ** 2 if len(values) > 1 else None
-            v = gate.record(metric, [mean], f"c1-{variant}", sampling=var, requests=len(ttfts), batches=len(values))
+            # the batch means travel as the boot's raw data: their spread sets this part's sampling noise
+            v = gate.record(metric, [mean], f"c1-{variant}", {"batch_means_s": values}, sampling=var,
+                            requests=len(ttfts), batches=len(values))
             if v is not None:
                 verdicts[part] = v
         gate.record(metrics.TTFT_C1, [statistics.median(ttfts)], variant,
