@@ -20,7 +20,7 @@ it did to the engine's log (stderr), so a run shows which one was on:
   with ``input_batch.positions`` = ``input_buffers.positions[:num_tokens_after_padding]``; on a GPU
   that is the CUDA-graph-padded size.  ``LlamaForCausalLM.forward(input_ids, positions,
   intermediate_tensors=None, inputs_embeds=None)`` there; 0.26.0's runner source was not read here
-  (the step knob, wrapping the same method, ran on it: gpu/README.md).  A pure decode step at up
+  (the step knob, wrapping the same method, ran on it: gpu/runs/2026-12-01-sensitivity/README.md).  A pure decode step at up
   to 32 concurrent requests carries at most 32 tokens (padded to a capture size of at most 32) and
   is never slowed; a step with one of the gate's 64–128-token prompts always is.  Under CUDA
   graphs the kernel is captured with the graphs of sizes above the threshold and replayed with
@@ -83,7 +83,7 @@ it did to the engine's log (stderr), so a run shows which one was on:
   vLLM's own prefill time (first token − scheduled) and TTFT: host-side work in the prefill path,
   the kind the issue saw missed at c=1.  Written because ``LLMGATE_PREFILL_SLOWDOWN_US``, inside the
   model's forward, did not act on the H200 (vLLM 0.26.0 compiles and graph-captures the forward:
-  gpu/README.md).  At c=1 a request is admitted once (its prompt fits one step), so its TTFT grows
+  gpu/runs/2026-12-03-latency/README.md).  At c=1 a request is admitted once (its prompt fits one step), so its TTFT grows
   by N µs; decode-only steps are never slowed.  Log: "llmgate admit delay: …".
 - ``LLMGATE_KNOB_SWITCH=PATH`` (with any knobs above): the knobs act only while the file PATH names
   them (words ``step``, ``prefill``, ``admit``, ``frontend``; a missing or empty file: none), read
@@ -103,7 +103,8 @@ against CUDA events at the clock the GPU runs at then, and printed to the engine
 "llmgate slowdown: … µs per forward asked, … measured by CUDA events".  On the CPU it is a busy
 wait of N µs (time.perf_counter) before the forward, its first one measured the same way.
 
-The gate's figures are checked against these in the closing notes of gpu/README.md.
+The gate's figures are checked against these in gpu/runs/2026-12-02-issue23/README.md and
+gpu/runs/2026-12-03-latency-2/README.md.
 """
 
 import asyncio
