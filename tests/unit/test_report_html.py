@@ -13,11 +13,12 @@ from collections import Counter
 import pytest
 
 import browser
+from llmgate import cli
 from llmgate.analysis.paired import judge_duet
 from llmgate.analysis.verdict import judge, judge_boots
 from llmgate.core import metrics
 from llmgate.report import html as page
-from llmgate.report import merge, reports
+from llmgate.report import reports
 from llmgate.store import history
 
 EVIL = '<img src=x onerror="alert(1)">&amp;'
@@ -238,7 +239,7 @@ def test_the_sharded_merge_writes_the_page_with_the_history(tmp_path, capsys):
     s = history.make_series(ENTRY, "test_decode_c1", "decode_tok_s", "tok/s", "higher", [[40.0, 41.0]], PROV)
     history.write(history.make_record([s], 1_700_000_000), folder)
     out = tmp_path / "merged"
-    assert merge.main(["--out", str(out), "--history", str(folder), *parts]) == 0
+    assert cli.main(["merge", "--out", str(out), "--history", str(folder), *parts]) == 0
     assert "report page" in capsys.readouterr().out
     dom = browser.read((out / "report.html").read_text())
     doc = json.loads((out / "report.json").read_text())
