@@ -4,7 +4,7 @@ detectable effect (one-sided t-test on boot values, alpha 0.05, 80% power: analy
 (``data/noise_prior.json``: ``noise_prior.assumed``), with the degrees of freedom ``boots_needed``
 uses (the prior's, or 2(K - 1) where more), and the boots a side that reach a 25% MDE.
 
-    python tests/validation/cpu_mde.py        (the README's table, "Use it in your repository")
+    python tests/validation/cpu_mde.py        (the table in docs/statistics.md, "One boot a side on the CPU")
 """
 
 from llmgate.analysis import noise_prior
