@@ -1,7 +1,8 @@
 """The manual and its pages stay short and true to the code (issue 47): README.md is at most 300
-lines; every relative link of README.md and docs/**/*.md names a file that exists (and, into a
+lines and gpu/README.md at most 150; every relative link of README.md, docs/**/*.md, gpu/README.md
+and the run pages (gpu/runs/**/README.md) names a file that exists (and, into a
 Markdown page, a heading that exists, by GitHub's anchor rules); every `llmgate SUBCOMMAND` they show
-is a subcommand of the `llmgate` command (llmgate.cli's table); every `--llmgate-...` option they
+is a subcommand of the `llmgate` command (llmgate.cli's table; the dated run pages are not held to this); every `--llmgate-...` option they
 show is one the plugin registers (read from its source); no `python -m llmgate.X` is shown.
 Seconds, no engine.  Each check is also run on a broken sample, so that it is seen to fail."""
 
@@ -19,8 +20,12 @@ from llmgate import cli
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
-PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]
+GPU_README = REPO / "gpu" / "README.md"
+# the manual, its pages and the GPU recipe: current, every check; the dated run pages: their links
+PAGES = [README, *sorted((REPO / "docs").rglob("*.md")), GPU_README]
+RUN_PAGES = sorted((REPO / "gpu" / "runs").rglob("README.md"))
 MAX_README_LINES = 300
+MAX_GPU_README_LINES = 150
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"(?<!\!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -87,11 +92,8 @@ def broken_links(page: Path, text: str) -> list[str]:
             dest = (page.parent / path).resolve()
             if not dest.exists():
                 problems.append(f"{where}: {path} does not exist")
-            elif anchor and dest.suffix == ".md":
-                if dest == (REPO / "gpu" / "README.md").resolve():
-                    problems.append(f"{where}: link gpu/README.md as a file, without an #anchor (it is being rewritten)")
-                elif anchor not in anchors(dest.read_text()):
-                    problems.append(f"{where}: no heading for #{anchor} in {path}")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
+                problems.append(f"{where}: no heading for #{anchor} in {path}")
     return problems
 
 
@@ -141,7 +143,14 @@ def test_the_readme_is_a_short_manual():
         "and dated measurements to docs/lab/, and link them")
 
 
-@pytest.mark.parametrize("page", PAGES, ids=rel)
+def test_the_gpu_readme_is_a_recipe():
+    lines = len(GPU_README.read_text().splitlines())
+    assert lines <= MAX_GPU_README_LINES, (
+        f"gpu/README.md has {lines} lines, more than {MAX_GPU_README_LINES}: a run's account goes to its "
+        "gpu/runs/DATE-NAME/README.md, linked from gpu/runs/README.md")
+
+
+@pytest.mark.parametrize("page", PAGES + RUN_PAGES, ids=rel)
 def test_every_relative_link_resolves(page):
     assert broken_links(page, page.read_text()) == []
 
