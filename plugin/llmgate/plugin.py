@@ -3,7 +3,7 @@ point ``llmgate.plugin``).
 
 The work is done by the layers under it, one folder each, and a run flows through them: config →
 engines (the adapter) → process (the server) → load → samples → analysis (stats, verdict) → store
-→ report, driven by ``runner`` (the session, the ``gate`` fixture's object, the confirmation
+→ report, driven by ``runner`` (the run object, the ``gate`` fixture's object, the confirmation
 policy, pytest-xdist support).  The layers, what each may import and where a new engine,
 scenario, metric or report goes: docs/architecture.md.  llmgate's own hooks are in ``hookspec``.
 """
@@ -33,7 +33,7 @@ from llmgate.config.matrix import MatrixError, ServerConfig
 from llmgate.process.server import BootError, ServerDied, ServerHandle, Unsupported
 from llmgate.runner.boots import MeasurementBoot
 from llmgate.runner.pool import OwnServers
-from llmgate.runner.session import SESSION_KEY, GateSession
+from llmgate.runner.run import RUN_KEY, GateRun
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import DEFAULT_ALPHA
@@ -136,7 +136,7 @@ def pytest_configure(config: pytest.Config) -> None:
         shard_spec = shard_mod.Shard.parse(shard_opt) if shard_opt is not None else None
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
-    config.stash[SESSION_KEY] = gs = GateSession(config)
+    config.stash[RUN_KEY] = gs = GateRun(config)
     if shard_spec is not None:
         durations = config.getoption("--llmgate-shard-durations", None)
         if durations is not None and not Path(durations).is_dir():
@@ -146,13 +146,13 @@ def pytest_configure(config: pytest.Config) -> None:
                                          history.entry_seconds(Path(durations)) if durations else None)
         config.pluginmanager.register(gs.shard, "llmgate-shard")
     config.pluginmanager.register(gs, "llmgate-session")      # its pytest_* methods are hooks of this config
-    # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the session like Ctrl-C
+    # SIGTERM and SIGHUP (a time limit, a cancelled job, a closed terminal) end the run like Ctrl-C
     gs.interrupts.install()
     gs.interrupts.on_stuck.append(_end_servers_of_a_stuck_session)
 
 
 def _end_servers_of_a_stuck_session(signal_name: str) -> None:
-    """(a helper thread, interrupt.STUCK_S after the first signal) Servers that the session has
+    """(a helper thread, interrupt.STUCK_S after the first signal) Servers that the run has
     not begun to stop by then are ended from here: its main thread is stuck somewhere."""
     ended = server_mod.end_unsignalled()
     if ended:
@@ -161,7 +161,7 @@ def _end_servers_of_a_stuck_session(signal_name: str) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    gs = config.stash.get(SESSION_KEY, None)
+    gs = config.stash.get(RUN_KEY, None)
     if gs is not None:
         gs.interrupts.uninstall()
         if config.pluginmanager.is_registered(gs):
@@ -178,7 +178,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     --benchmark-compare that is not stored (or, under pytest-xdist, that cannot be compared:
     ``pytest_collection_finish`` otherwise), a storage folder a save cannot write in."""
     config = session.config
-    gs = config.stash.get(SESSION_KEY, None)
+    gs = config.stash.get(RUN_KEY, None)
     if gs is not None:
         gs.load_matrix_file()
     baseline_store.session_start(config, distribution.worker(config), lambda line: say(config, line))
@@ -194,7 +194,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     known of the selected entries (device, model content, configuration, workload): a run named that
     none of them can be compared with is one line, exit code 4; each entry says what it is compared
     with.  (Under pytest-xdist the controller did this at session start.)"""
-    gs = session.config.stash.get(SESSION_KEY, None)
+    gs = session.config.stash.get(RUN_KEY, None)
     if gs is not None and not distribution.worker(session.config) and not distribution.workers(session.config) \
             and not session.config.option.collectonly:
         gs.check_compared(session.items)
@@ -205,9 +205,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "llmgate_config" not in metafunc.fixturenames:
         return
-    session = metafunc.config.stash[SESSION_KEY]
+    run = metafunc.config.stash[RUN_KEY]
     try:
-        entries, error = session.matrix.entries, None
+        entries, error = run.matrix.entries, None
     except MatrixError as e:          # a pytest_llmgate_matrix hook's (the file was checked at session start)
         entries, error = (), str(e)
     if error is not None:
@@ -217,7 +217,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # the one place an entry's K and each test's boot are decided; passed down as llmgate_boot
         params = []
         for cfg in entries:
-            plan = session.pool.plan(cfg)
+            plan = run.pool.plan(cfg)
             params += [pytest.param(cfg, k, id=plan.test_id(cfg, k), marks=[pytest.mark.gpu] if cfg.device == "gpu" else [])
                        for k in plan.boots()]
         metafunc.parametrize(("llmgate_config", "llmgate_boot"), params, scope="session")
@@ -254,7 +254,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
                 why = engines.get(cfg.engine).cannot(lever.args[0], cfg)
                 if why:
                     item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: {why}"))
-    if item.get_closest_marker("ab") is not None and not item.config.stash[SESSION_KEY].settings.ab:
+    if item.get_closest_marker("ab") is not None and not item.config.stash[RUN_KEY].settings.ab:
         item.add_marker(pytest.mark.skip(reason="A/B mode: give two engine environments with "
                                                 "--llmgate-ab A=LAUNCHER --llmgate-ab B=LAUNCHER"))
     if item.get_closest_marker("gpu") is not None:
@@ -277,7 +277,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return None if cfg is None else (cfg.id, int(callspec.params.get("llmgate_boot") or 1))
 
     try:
-        order = {e.id: n for n, e in enumerate(config.stash[SESSION_KEY].matrix.entries)}
+        order = {e.id: n for n, e in enumerate(config.stash[RUN_KEY].matrix.entries)}
     except (MatrixError, KeyError):
         order = {}
     keys, last = [], (-1, 0)
@@ -296,20 +296,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # -- fixtures ------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def llmgate_session(request: pytest.FixtureRequest) -> GateSession:
-    return request.config.stash[SESSION_KEY]
+def llmgate_run(request: pytest.FixtureRequest) -> GateRun:
+    return request.config.stash[RUN_KEY]
 
 
 @pytest.fixture(scope="session")
-def llmgate_settings(llmgate_session: GateSession) -> Settings:
-    return llmgate_session.settings
+def llmgate_settings(llmgate_run: GateRun) -> Settings:
+    return llmgate_run.settings
 
 
 @pytest.fixture(scope="session")
-def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
+def _llmgate_booted(llmgate_config: ServerConfig, llmgate_run: GateRun):
     skip = None
     try:
-        handle, error = llmgate_session.pool.boot(llmgate_config), None
+        handle, error = llmgate_run.pool.boot(llmgate_config), None
     except Unsupported as e:                # this machine cannot run it at all: skipped, saying why
         error, skip = None, str(e)
     except BootError as e:
@@ -321,7 +321,7 @@ def _llmgate_booted(llmgate_config: ServerConfig, llmgate_session: GateSession):
     try:
         yield handle
     finally:
-        llmgate_session.pool.shutdown(llmgate_config.id)
+        llmgate_run.pool.shutdown(llmgate_config.id)
 
 
 @pytest.fixture(scope="session")
@@ -333,39 +333,39 @@ def llmgate_boot() -> MeasurementBoot | None:
 
 @pytest.fixture
 def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: MeasurementBoot | None,
-                   llmgate_session: GateSession) -> ServerHandle:
-    """The running server of this test's matrix entry (booted once per session, and once per
+                   llmgate_run: GateRun) -> ServerHandle:
+    """The running server of this test's matrix entry (booted once per run, and once per
     measurement boot for tests marked ``boots``)."""
     if llmgate_boot is not None and _llmgate_booted.alive():
-        llmgate_session.pool.ensure_round(_llmgate_booted.config, llmgate_boot)
+        llmgate_run.pool.ensure_boot(_llmgate_booted.config, llmgate_boot)
     if not _llmgate_booted.alive():       # its log's tail once, with the first test that sees it
         pytest.fail(_llmgate_booted.death_report(), pytrace=False)
     return _llmgate_booted
 
 
 @pytest.fixture
-def llmgate_prompts(llmgate_server: ServerHandle, llmgate_session: GateSession) -> PromptMaker:
-    return llmgate_session.pool.prompts(llmgate_server)
+def llmgate_prompts(llmgate_server: ServerHandle, llmgate_run: GateRun) -> PromptMaker:
+    return llmgate_run.pool.prompts(llmgate_server)
 
 
 @pytest.fixture
-def llmgate_exclusive(llmgate_session: GateSession) -> OwnServers:
+def llmgate_exclusive(llmgate_run: GateRun) -> OwnServers:
     """For tests that boot their own servers (probes): no other server may run meanwhile
     (on a small machine an idle vLLM CPU worker still spins on its core).  Its value: where their
-    logs go, their live "booting …" line, a line on the terminal, the session's boots table."""
-    llmgate_session.pool.shutdown_all("the next test boots its own servers and needs the machine to itself")
-    return OwnServers(llmgate_session.pool)
+    logs go, their live "booting …" line, a line on the terminal, the run's boots table."""
+    llmgate_run.pool.shutdown_all("the next test boots its own servers and needs the machine to itself")
+    return OwnServers(llmgate_run.pool)
 
 
 @pytest.fixture
-def gate(request: pytest.FixtureRequest, llmgate_session: GateSession) -> Gate:
-    return Gate(request.node, llmgate_session, request)
+def gate(request: pytest.FixtureRequest, llmgate_run: GateRun) -> Gate:
+    return Gate(request.node, llmgate_run, request)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A duet's test runs once per side, at the same time, its load interleaved (``runner.duet``)."""
-    gs = pyfuncitem.config.stash.get(SESSION_KEY, None)
+    gs = pyfuncitem.config.stash.get(RUN_KEY, None)
     if gs is None or not gs.settings.ab:
         return None
     return duet.call(pyfuncitem, gs) or None
@@ -378,7 +378,7 @@ def pytest_runtest_call(item: pytest.Item):
     result = yield
     rec = item.stash.get(RECORDER_KEY, None)
     if rec is not None:
-        confirm.settle(item, rec, item.config.stash[SESSION_KEY].pool)
+        confirm.settle(item, rec, item.config.stash[RUN_KEY].pool)
     return result
 
 
@@ -394,7 +394,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 # -- end of session ------------------------------------------------------------------------
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    gs = session.config.stash.get(SESSION_KEY, None)
+    gs = session.config.stash.get(RUN_KEY, None)
     if gs is not None:
         gs.finish(session)
 
@@ -407,7 +407,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config):
     try:
         return (yield)
     finally:
-        gs = config.stash.get(SESSION_KEY, None)
+        gs = config.stash.get(RUN_KEY, None)
         if gs is not None:
             reports.terminal_section(terminalreporter, gs, hidden, config.getoption("llmgate_reference"),
                                     config.rootpath / config.getini("llmgate_baselines") / "reference")

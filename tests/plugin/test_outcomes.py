@@ -27,10 +27,10 @@ DEAD_ENGINE_CONFTEST = """
 import pytest
 
 @pytest.fixture(scope="session")
-def booted(llmgate_session, llmgate_config):
-    llmgate_session.boots.setdefault(llmgate_config.id, []).append(
+def booted(llmgate_run, llmgate_config):
+    llmgate_run.boots.setdefault(llmgate_config.id, []).append(
         {"boot": 1, "engine": "vllm", "version": "0.32.0", "startup_s": 1.0, "log": "first.1.log"})
-    llmgate_session.notes.append(f"{llmgate_config.id}: a note the section must show")
+    llmgate_run.notes.append(f"{llmgate_config.id}: a note the section must show")
     return llmgate_config
 
 

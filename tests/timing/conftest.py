@@ -9,7 +9,7 @@ which waits for that build (or starts it when none ran), and runs last."""
 
 import pytest
 
-from llmgate.runner.session import say
+from llmgate.runner.run import say
 from llmgate.tools import install
 
 

@@ -25,7 +25,7 @@ ALLOWED = {
         "the contract check validates that a diagnosis is one line; it decides nothing by its words",
     ("device/hardware.py", 'line.lower().startswith("model name")'):
         "reads the field of that name in /proc/cpuinfo (a file's format, not a message)",
-    ("runner/session.py", "line not in self.notes"):
+    ("runner/run.py", "line not in self.notes"):
         "note_once: the same whole note is said once; nothing is decided by its words",
 }
 

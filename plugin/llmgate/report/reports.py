@@ -1,4 +1,4 @@
-"""What people read: the terminal table at the end of a session, the JSON report (the same
+"""What people read: the terminal table at the end of a run, the JSON report (the same
 data with provenance and raw samples; schema in docs/report.md), the Markdown summary for a
 pull request or ``$GITHUB_STEP_SUMMARY``, and the plots (llmgate.report.plots)."""
 
@@ -218,7 +218,7 @@ def _verdict_dict(v: Verdict, configs: Callable[[str], dict[str, Any] | None],
 def build(device: dict[str, Any], settings: dict[str, Any], boots: dict[str, list[dict]], verdicts: list[Verdict],
           notes: list[str], raw: dict[tuple[str, str, str], dict[str, Any]],
           configs: Callable[[str], dict[str, Any] | None], argv: list[str], exit_status: int) -> dict[str, Any]:
-    """Everything a session measured, as one JSON-ready document (schema ``llmgate-report/1``)."""
+    """Everything a run measured, as one JSON-ready document (schema ``llmgate-report/1``)."""
     return _document(device, settings, boots, [_verdict_dict(v, configs, raw) for v in verdicts], notes, argv,
                      exit_status)
 
@@ -259,10 +259,10 @@ def _document(device: dict[str, Any], settings: dict[str, Any], boots: dict[str,
         "settings": settings,
         "boots": boots,
         "counts": {s: counts.get(s, 0) for s in STATUSES},
-        "tests": {},            # pytest's counts, set by the session at its end
+        "tests": {},            # pytest's counts, set by the run at its end
         "verdicts": verdicts,
         "notes": notes,
-        "gpu_sampling": [],     # what the GPU did while figures were measured, set by the session
+        "gpu_sampling": [],     # what the GPU did while figures were measured, set by the run
     }
 
 
@@ -449,7 +449,7 @@ def _write(path: Path, text: str) -> None:
 
 # -- the terminal -----------------------------------------------------------------------------
 class ReportedSession(Protocol):
-    """What llmgate's terminal section shows of a finished session (``llmgate.runner.session.GateSession``):
+    """What llmgate's terminal section shows of a finished run (``llmgate.runner.run.GateRun``):
     a protocol here, so that the reports do not import the runner above them."""
 
     verdicts: list[Verdict]

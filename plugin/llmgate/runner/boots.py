@@ -16,7 +16,7 @@ Sides = tuple[tuple[str, str], ...]      # A/B mode's (name, launcher) pairs, ba
 
 
 def side_of(sides: Sides, k: int) -> tuple[str, str, int] | None:
-    """A/B mode: measurement boot k's side (name, launcher) and its round on that side (boots
+    """A/B mode: measurement boot k's side (name, launcher) and its number on that side: the side's first boot, second, … (boots
     alternate A B A B …); None otherwise."""
     if not sides:
         return None
@@ -71,7 +71,7 @@ class EntryBoots:
         return self.per_side if self.duet else self.per_side * (len(self.sides) or 1)
 
     def side(self, k: int) -> tuple[str, str, int] | None:
-        """Alternating A/B mode: boot k's side (name, launcher, its round on that side); None in a duet
+        """Alternating A/B mode: boot k's side (name, launcher, its number on that side: the side's first boot, second, …); None in a duet
         (both sides are up on every boot pair) and outside A/B mode."""
         return None if self.duet else side_of(self.sides, k)
 
@@ -95,7 +95,7 @@ class EntryBoots:
 class MeasurementBoot(int):
     """The value of the ``llmgate_boot`` parameter: k, the measurement boot a test measures (an
     int, 1-based), with the entry's ``plan`` it belongs to (``of``: K in all; ``side``: A/B mode's
-    side, its launcher and its round on that side)."""
+    side, its launcher and its number on that side: the side's first boot, second, …)."""
     plan: EntryBoots
 
     def __new__(cls, k: int, plan: EntryBoots) -> MeasurementBoot:

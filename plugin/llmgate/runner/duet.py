@@ -23,7 +23,7 @@ from llmgate.process.server import ServerHandle
 from llmgate.runner.boots import MeasurementBoot
 
 if TYPE_CHECKING:
-    from llmgate.runner.session import GateSession
+    from llmgate.runner.run import GateRun
 
 # a side that has held the machine this long without asking for a turn (a long computation, or stuck on
 # something else) no longer holds the other up: the other goes, out of turn
@@ -31,7 +31,7 @@ GRACE_S = 60.0
 
 
 class Cancelled(Exception):
-    """The duet was stopped (the other side failed, or the session is stopping): no more turns."""
+    """The duet was stopped (the other side failed, or the run is stopping): no more turns."""
 
 
 class Turns:
@@ -208,7 +208,7 @@ def duet_boot(item: pytest.Item) -> MeasurementBoot | None:
     return boot if isinstance(boot, MeasurementBoot) and boot.plan.duet else None
 
 
-def call(item: pytest.Function, session: GateSession) -> bool:
+def call(item: pytest.Function, gate_run: GateRun) -> bool:
     """(``pytest_pyfunc_call``) Run a duet's test: its function once per side, at the same time, each in
     a thread with a ``gate`` (and ``llmgate_server``, ``llmgate_prompts``) of its side, the load
     interleaved by one ``Turns``.  False when the test is not a duet's (pytest calls it as usual).
@@ -220,7 +220,7 @@ def call(item: pytest.Function, session: GateSession) -> bool:
         return False
     cfg = item.callspec.params["llmgate_config"]
     names = (boot.plan.sides[0][0], boot.plan.sides[1][0])
-    handles = {names[0]: session.pool.handle(cfg.id), names[1]: session.pool.partner(cfg.id)}
+    handles = {names[0]: gate_run.pool.handle(cfg.id), names[1]: gate_run.pool.partner(cfg.id)}
     missing = [n for n, h in handles.items() if h is None]
     if missing and "llmgate_server" in item.fixturenames:
         pytest.fail(f"{cfg.id}: duet: side {', '.join(missing)}'s server is not running", pytrace=False)
@@ -231,7 +231,7 @@ def call(item: pytest.Function, session: GateSession) -> bool:
     for name in names:
         h = handles[name]
         side = DuetSide(name, h, turns, run)
-        gate = Gate(item, session, getattr(item, "_request", None), side=side)
+        gate = Gate(item, gate_run, getattr(item, "_request", None), side=side)
         run.recorders[name] = gate._recorder
         own = dict(base)
         if "gate" in own:
@@ -239,7 +239,7 @@ def call(item: pytest.Function, session: GateSession) -> bool:
         if "llmgate_server" in own:
             own["llmgate_server"] = h
         if "llmgate_prompts" in own:
-            own["llmgate_prompts"] = session.pool.prompts(h)
+            own["llmgate_prompts"] = gate_run.pool.prompts(h)
         args[name] = own
     item.stash[RECORDER_KEY] = run.recorders[names[1]]       # side B's verdicts pass or fail the test
     errors: list[tuple[str, BaseException]] = []
@@ -268,12 +268,12 @@ def call(item: pytest.Function, session: GateSession) -> bool:
         raise
     if not errors:
         run.recorders[names[1]].finish_duet()          # what only one side recorded on the last pair
-    session.say(f"llmgate: {item.nodeid}: duet turns {turns.summary()}")
+    gate_run.say(f"llmgate: {item.nodeid}: duet turns {turns.summary()}")
     if errors:
         name, e = errors[0]
         if len(errors) > 1:
-            session.note_once(f"{cfg.id}: duet: side {errors[1][0]} failed too: {type(errors[1][1]).__name__}: "
-                              f"{str(errors[1][1]).splitlines()[0] if str(errors[1][1]) else ''}")
+            gate_run.note_once(f"{cfg.id}: duet: side {errors[1][0]} failed too: {type(errors[1][1]).__name__}: "
+                               f"{str(errors[1][1]).splitlines()[0] if str(errors[1][1]) else ''}")
         raise e
     return True
 

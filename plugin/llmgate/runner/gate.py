@@ -29,7 +29,7 @@ from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
 
 if TYPE_CHECKING:
-    from llmgate.runner.session import GateSession
+    from llmgate.runner.run import GateRun
 
 RECORDER_KEY = pytest.StashKey[Recorder]()
 
@@ -37,20 +37,20 @@ RECORDER_KEY = pytest.StashKey[Recorder]()
 class Gate:
     """What a scenario is given, how it runs a workload, and how it records the figures."""
 
-    def __init__(self, item: pytest.Item, session: GateSession, request: pytest.FixtureRequest | None = None,
+    def __init__(self, item: pytest.Item, gate_run: GateRun, request: pytest.FixtureRequest | None = None,
                  side: DuetSide | None = None):
-        self._item, self._session, self._fixture_request = item, session, request
+        self._item, self._gate_run, self._fixture_request = item, gate_run, request
         # a duet's side (runner/duet.py): this gate measures that side's server, taking turns with the other
         self._side = side
-        self._recorder = Recorder(item, session, side)
+        self._recorder = Recorder(item, gate_run, side)
         if side is None:
             item.stash[RECORDER_KEY] = self._recorder   # the confirmation policy's, after the test's call
         boot = self._recorder.boot
-        self.measure = Measure(self._recorder, session.settings, lambda: self.entry, lambda: self.server,
-                               lambda: self.prompts, lambda: session.matrix)
+        self.measure = Measure(self._recorder, gate_run.settings, lambda: self.entry, lambda: self.server,
+                               lambda: self.prompts, lambda: gate_run.matrix)
         """Building requests, reading results, the engine's /metrics, the GPU sampler, the client's
         processes, and the recording pipeline's other offers (``runner/measure.py``)."""
-        self.levers = EntryLevers(session.figures, self._recorder.entry, lambda: session.matrix,
+        self.levers = EntryLevers(gate_run.figures, self._recorder.entry, lambda: gate_run.matrix,
                                   self._recorder.record, self._recorder.note, int(boot) if boot is not None else None,
                                   waiting=side.parked if side is not None else None)
         """The figures shared between this entry and the entries that take it as their reference
@@ -68,7 +68,7 @@ class Gate:
 
     @property
     def server(self) -> ServerHandle:
-        """The entry's running server (booted on first use, once per session; ``base_url``,
+        """The entry's running server (booted on first use, once per run; ``base_url``,
         ``model_name``, ``engine``, ``tokenizer_path`` …)."""
         self.entry
         if self._side is not None and self._side.handle is not None:
@@ -86,18 +86,18 @@ class Gate:
     @property
     def prompts(self) -> PromptMaker:
         """Exact-length prompts in the server's tokenizer: ``prompts.text(n_tokens, seed)``."""
-        return self._session.pool.prompts(self.server)
+        return self._gate_run.pool.prompts(self.server)
 
     @property
     def settings(self) -> Settings:
         """The run's settings: ``repeats``, ``warmup``, ``concurrency``, ``request_timeout`` …"""
-        return self._session.settings
+        return self._gate_run.settings
 
     @property
     def matrix(self) -> Matrix:
         """The loaded matrix: every entry (``entries``, ``by_id(id)``), ``models`` and ``scenarios``
         (the ``[scenarios]`` table: workload sizes, steady-state windows)."""
-        return self._session.matrix
+        return self._gate_run.matrix
 
     def steady(self, prompt_tokens: int, output_tokens: int, concurrency: int = 1, *, rate: float | None = None,
                seed: str | None = None, label: str | None = None, output_spread: float | None = None,
@@ -175,7 +175,7 @@ class Gate:
         (None is returned); on boot K all K go into the baseline store as one entry and are judged
         against the stored baseline's boots, if one is compared with and its fingerprint matches.  In
         A/B mode (``--llmgate-ab``) the boots alternate between the two sides, and on the last one side
-        B's boots are judged against side A's of this session (a same-session comparison)."""
+        B's boots are judged against side A's of this run (a same-run comparison)."""
         return self._recorder.record(metric, values, variant, raw, parts=parts, sampling=sampling,
                                      requests=requests, **info)
 

@@ -37,7 +37,7 @@ class ServerPool:
         self.partners: dict[str, Server] = {}                 # a duet: entry → side B's server (side A's in servers)
         self._plans: dict[str, EntryBoots] = {}
         self.boots: dict[str, list[dict[str, Any]]] = {}      # entry → one record per boot
-        self.rounds: dict[str, int] = {}                       # entry → which of its K measurement boots is up
+        self.boot_up: dict[str, int] = {}                      # entry → which of its K measurement boots is up
         self._prompt_makers: dict[str, PromptMaker] = {}
         self._model_hashes: dict[str, str | None] = {}
         self.log_stamp = logs.session_stamp()                 # this session's part of its logs' names
@@ -92,7 +92,7 @@ class ServerPool:
         return server.handle if server is not None else None
 
     def boot(self, cfg: ServerConfig) -> ServerHandle:
-        """Boot entry ``cfg`` (its current measurement round's configuration; in a duet both sides)."""
+        """Boot entry ``cfg`` (the configuration of its measurement boot now up; in a duet both sides)."""
         if self.sides and self.plan(cfg).duet:
             return self._boot_pair(cfg)
         if self.sides and cfg.id not in self.boots:
@@ -108,7 +108,7 @@ class ServerPool:
         """A duet's boot pair: side A's and side B's servers booted one after the other (A first on odd
         pairs, B first on even ones, so that neither side is always the one booted on a fresher
         machine) and left running together; side A's handle is returned, side B's is ``partner``."""
-        k = self.rounds.get(cfg.id, 1)
+        k = self.boot_up.get(cfg.id, 1)
         order = list(self.sides) if k % 2 else list(self.sides)[::-1]
         booted: dict[str, ServerHandle] = {}
         try:
@@ -136,7 +136,7 @@ class ServerPool:
         if side is not None:
             run_cfg, side_name = dataclasses.replace(cfg, launcher=side[1]), side[0]
         else:
-            run_cfg, side_name = boot_config(cfg, self.sides, self.rounds.get(cfg.id, 1))
+            run_cfg, side_name = boot_config(cfg, self.sides, self.boot_up.get(cfg.id, 1))
         side = side_name
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
         if side is not None:
@@ -185,14 +185,14 @@ class ServerPool:
             self.partners[cfg.id].handle = old_partner
         return old
 
-    def ensure_round(self, cfg: ServerConfig, k: MeasurementBoot) -> None:
+    def ensure_boot(self, cfg: ServerConfig, k: MeasurementBoot) -> None:
         """Measurement boot ``k`` of this entry is up: reboot until it is (boots go forward only)."""
-        current = self.rounds.setdefault(cfg.id, 1)
+        current = self.boot_up.setdefault(cfg.id, 1)
         while current < k:
-            self.rounds[cfg.id] = current + 1          # the boot below is that round's (its side's launcher)
+            self.boot_up[cfg.id] = current + 1          # the boot below is boot current + 1 (its side's launcher)
             handle = self.reboot(cfg)
             if handle is None:
-                self.rounds[cfg.id] = current
+                self.boot_up[cfg.id] = current
                 break
             current += 1
             self.say(f"llmgate: {cfg.id}: measurement boot {'pair ' if k.plan.duet else ''}{current} of "

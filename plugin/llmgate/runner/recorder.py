@@ -27,7 +27,7 @@ from llmgate.engines.base import engine_label
 
 if TYPE_CHECKING:
     from llmgate.runner.duet import DuetSide
-    from llmgate.runner.session import GateSession
+    from llmgate.runner.run import GateRun
 
 
 def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[int]) -> list[float]:
@@ -38,8 +38,8 @@ def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[in
 class Recorder:
     """What one test recorded: its verdicts, notes and stored entries, and its requests' count."""
 
-    def __init__(self, item: pytest.Item, session: GateSession, side: DuetSide | None = None):
-        self.item, self._session = item, session
+    def __init__(self, item: pytest.Item, run: GateRun, side: DuetSide | None = None):
+        self.item, self._run = item, run
         self._side = side                        # a duet's side (runner/duet.py): its server, its turns
         self.verdicts: list[Verdict] = []
         self._stored: list[Any] = []            # pytest-benchmark entries this test added
@@ -87,23 +87,23 @@ class Recorder:
         if mb is not None and cfg is not None:
             k, n_boots = int(mb), mb.of
             slot = (cfg.id, test, key)
-            self._session.boot_values.setdefault(slot, {})[k] = values
-            self._session.boot_raw.setdefault(slot, {})[k] = raw
-            self._session.boot_sampling.setdefault(slot, {})[k] = (sampling, requests)
+            self._run.boot_values.setdefault(slot, {})[k] = values
+            self._run.boot_raw.setdefault(slot, {})[k] = raw
+            self._run.boot_sampling.setdefault(slot, {})[k] = (sampling, requests)
             if k < n_boots:
                 side = mb.side
-                self._session.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}"
+                self._run.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}"
                                  + (f" (side {side[0]}, its boot {side[2]})" if side else "")
                                  + f": {metric.display(median(values))} (median of {len(values)}"
                                  + (f" values; sampling error {math.sqrt(sampling):.2%} over {requests} requests"
                                     if sampling is not None and requests else "")
                                  + f"); judged after boot {n_boots}")
                 return None
-            done = self._session.boot_values[slot]
+            done = self._run.boot_values[slot]
             boots = [done[i] for i in sorted(done)]
-            samp = dict(self._session.boot_sampling[slot])
-            if any(self._session.boot_raw[slot].get(i) is not None for i in done):
-                raw = {"boots": [self._session.boot_raw[slot].get(i) for i in sorted(done)]}
+            samp = dict(self._run.boot_sampling[slot])
+            if any(self._run.boot_raw[slot].get(i) is not None for i in done):
+                raw = {"boots": [self._run.boot_raw[slot].get(i) for i in sorted(done)]}
         if mb is not None and cfg is not None and mb.plan.sides:
             return self._record_ab(metric, key, cfg, test, mb, raw, samp, parts, info)
         fp = self._fingerprint()
@@ -111,7 +111,7 @@ class Recorder:
         if raw is not None:
             extra["raw"] = raw
         base = baseline_store.baseline(self.item.config, keys.stored_key(self.item), key, fp,
-                                       self._session.settings.allow_mismatch)
+                                       self._run.settings.allow_mismatch)
         base_boots = baseline_store.baseline_boots(base[1]) if base else None
         notes, refused = [], []
         offset = None
@@ -121,7 +121,7 @@ class Recorder:
             missing = baseline_store.why_no_baseline(self.item.config, keys.stored_key(self.item), key, fp)
             if missing:
                 notes.append(missing.note)
-                self._session.note_once(f"{cfg.id if cfg else self.item.name}: {missing.note}")
+                self._run.note_once(f"{cfg.id if cfg else self.item.name}: {missing.note}")
         if base is not None:
             base_info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
             base_fp = base_info.get("fingerprint") or {}
@@ -132,7 +132,7 @@ class Recorder:
             if base_info.get("schema", benchmark_files.SCHEMA_VERSION) < 3:
                 notes.append("baseline of schema 2: its values read as one boot without a noise model "
                              "(re-record it with --benchmark-save and --llmgate-boots)")
-            if refused and self._session.settings.allow_mismatch:
+            if refused and self._run.settings.allow_mismatch:
                 notes.append("NOT COMPARABLE, compared anyway (--llmgate-allow-mismatch): " + "; ".join(refused))
                 self.item.warn(pytest.PytestWarning(f"{key}: compared with a baseline from another setup: "
                                                     + "; ".join(refused)))
@@ -144,7 +144,7 @@ class Recorder:
         prior = baseline_store.baseline_noise(base[1]) if base is not None and not refused else None
         order = sorted(samp)
         verdict = judge_boots(metric, key, cfg.id if cfg else self.item.name, boots, None if refused else base_boots,
-                              self._session.min_effect(metric, key, cfg, self.item), self._session.settings.alpha,
+                              self._run.min_effect(metric, key, cfg, self.item), self._run.settings.alpha,
                               base[0] if base else None, prior=prior,
                               assumed=noise_prior.assumed(cfg.device if cfg else None, metric),
                               now_sampling=[samp[i][0] for i in order],
@@ -161,7 +161,7 @@ class Recorder:
                         parts: dict[str, Verdict] | None, raw: dict[str, Any] | None, base: Any,
                         refused: list[str]) -> Verdict:
         cfg = self.entry
-        regime = self._session.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
+        regime = self._run.regimes.get(cfg.id, {}).get("regime", "") if cfg else ""
         where = attribution(verdict, parts) if parts else None
         if where:
             notes.append(where)
@@ -170,22 +170,22 @@ class Recorder:
         base_raw = (baseline_store.unpack_raw(base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("raw"))
                     if base is not None else None)
         if raw is not None or base_raw is not None:
-            self._session.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
+            self._run.raw[(verdict.config_id, verdict.test, key)] = {"now": raw, "baseline": base_raw}
         if refused:
             verdict = dataclasses.replace(verdict, status=REFUSED, note="; ".join(refused))
         self.verdicts.append(verdict)
-        self._session.verdicts.append(verdict)
+        self._run.verdicts.append(verdict)
         return verdict
 
     def _record_ab(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str, mb: MeasurementBoot,
                    raw: dict[str, Any] | None, samp: dict[int, tuple[float | None, float | None]],
                    parts: dict[str, Verdict] | None, info: dict[str, Any]) -> Verdict:
         """A/B mode, on the entry's last measurement boot: side B's boots judged against side A's, both
-        measured in this session, alternating (a same-session comparison: the machine, its offset and
+        measured in this run, alternating (a same-run comparison: the machine, its offset and
         its drift are the same on both sides).  B's boots are what a --benchmark-save stores; a stored
         baseline, when one is compared with, is only set beside side A (what the machine's offset is)."""
         slot = (cfg.id, test, key)
-        done = self._session.boot_values[slot]
+        done = self._run.boot_values[slot]
         plan = mb.plan
         side = {k: s[0] for k in range(1, plan.total + 1) if (s := plan.side(k)) is not None}
         a_name, b_name = plan.sides[0][0], plan.sides[1][0]
@@ -193,8 +193,8 @@ class Recorder:
         b_ks = [k for k in sorted(done) if side.get(k) == b_name]
         a_boots, b_boots = [done[k] for k in a_ks], [done[k] for k in b_ks]
         order = "".join(side[k] if len(side[k]) == 1 else f"{side[k]} " for k in sorted(done) if k in side)
-        verdict = judge_boots(metric, key, cfg.id, b_boots, a_boots, self._session.min_effect(metric, key, cfg, self.item),
-                              self._session.settings.alpha, f"side {a_name} of this session",
+        verdict = judge_boots(metric, key, cfg.id, b_boots, a_boots, self._run.min_effect(metric, key, cfg, self.item),
+                              self._run.settings.alpha, f"side {a_name} of this session",
                               assumed=noise_prior.assumed(cfg.device, metric),
                               now_sampling=[samp[k][0] for k in b_ks],
                               now_requests=_requests(samp, b_ks),
@@ -211,7 +211,7 @@ class Recorder:
         if raw is not None:
             extra["raw"] = raw
         base = baseline_store.baseline(self.item.config, keys.stored_key(self.item), key, fp,
-                                       self._session.settings.allow_mismatch)
+                                       self._run.settings.allow_mismatch)
         if base is not None and not fingerprints.fingerprint_mismatch(
                 base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("fingerprint") or {}, fp):
             stored = baseline_store.baseline_boots(base[1]) or []
@@ -226,7 +226,7 @@ class Recorder:
 
     def _side_engine(self, cfg: ServerConfig, side: str) -> str:
         """The engine build side ``side`` of an A/B comparison booted (its last boot record that says)."""
-        for b in reversed(self._session.boots.get(cfg.id) or []):
+        for b in reversed(self._run.boots.get(cfg.id) or []):
             if b.get("side") == side and b.get("version"):
                 return engine_label(b, b.get("launcher"))
         return ""
@@ -242,7 +242,7 @@ class Recorder:
         --benchmark-save stores."""
         side = self._side
         assert side is not None
-        slot, k, s = (cfg.id, test, key), int(mb), self._session
+        slot, k, s = (cfg.id, test, key), int(mb), self._run
         with s.duet_lock:
             s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
             s.duet_grain.setdefault(slot, set()).add(side.grain)
@@ -263,7 +263,7 @@ class Recorder:
         """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_lock)."""
         side = self._side
         assert side is not None
-        s, slot = self._session, (cfg.id, test, key)
+        s, slot = self._run, (cfg.id, test, key)
         a_name, b_name = side.run.sides
         done = s.duet_values[slot]
         ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
@@ -306,7 +306,7 @@ class Recorder:
 
     def finish_duet(self) -> None:
         """(a duet's test, both sides done) Judge what only one side recorded on the last pair."""
-        s = self._session
+        s = self._run
         cfg = self.entry
         test = getattr(self.item, "originalname", self.item.name)
         with s.duet_lock:
@@ -343,7 +343,7 @@ class Recorder:
         cfg = self.entry
         test = getattr(self.item, "originalname", self.item.name)
         # the requests of the entry's earlier measurement boots of this test (their rows were held back)
-        carried = self._session.request_counts.pop((cfg.id, test), (0, 0)) if cfg else (0, 0)
+        carried = self._run.request_counts.pop((cfg.id, test), (0, 0)) if cfg else (0, 0)
         total, failed = total + carried[0], failed + carried[1]
         v = judge(metrics.FAILED_SHARE, metrics.FAILED_SHARE.name, cfg.id if cfg else self.item.name,
                   [failed / total], None)
@@ -359,7 +359,7 @@ class Recorder:
                                 baseline_engine=compared[0].baseline_engine if compared else "",
                                 note=f"{failed} of {total} requests failed")
         self.verdicts.append(v)
-        self._session.verdicts.append(v)
+        self._run.verdicts.append(v)
         self._request_counts = [0, 0]
         return v
 
@@ -370,19 +370,19 @@ class Recorder:
         for v in verdicts:
             v = dataclasses.replace(v, test=test)
             self.verdicts.append(v)
-            self._session.verdicts.append(v)
+            self._run.verdicts.append(v)
         self._confirm = self._confirm and confirm
 
     def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
         """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
         key = metric.name + (f"@{variant}" if variant else "")
         base = baseline_store.baseline(self.item.config, keys.stored_key(self.item), key, self._fingerprint(),
-                                       self._session.settings.allow_mismatch)
+                                       self._run.settings.allow_mismatch)
         if base is None:
             return None
         info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
         if (fingerprints.fingerprint_mismatch(info.get("fingerprint") or {}, self._fingerprint())
-                and not self._session.settings.allow_mismatch):
+                and not self._run.settings.allow_mismatch):
             return None
         return info
 
@@ -390,7 +390,7 @@ class Recorder:
         """Something the reader of the results must know (an unsupported figure…): shown in the summary."""
         cfg = self.entry
         self.notes.append(text)
-        self._session.notes.append(f"{cfg.id if cfg else self.item.name}: {text}")
+        self._run.notes.append(f"{cfg.id if cfg else self.item.name}: {text}")
 
     def count_requests(self) -> Verdict | None:
         """(after the test's call) The ``failed_requests`` row of the requests accounted for since the
@@ -402,8 +402,8 @@ class Recorder:
         boot, cfg = self.boot, self.entry
         if boot is not None and cfg is not None and int(boot) < boot.of:
             key = (cfg.id, getattr(self.item, "originalname", self.item.name))
-            held = self._session.request_counts.get(key, (0, 0))
-            self._session.request_counts[key] = (held[0] + self._request_counts[0], held[1] + self._request_counts[1])
+            held = self._run.request_counts.get(key, (0, 0))
+            self._run.request_counts[key] = (held[0] + self._request_counts[0], held[1] + self._request_counts[1])
             self._request_counts = [0, 0]
             return None
         return self._requests_verdict()
@@ -414,7 +414,7 @@ class Recorder:
         ``--llmgate-no-confirm``, not for verdicts judged elsewhere (``attach``), not where a verdict
         spans the entry's measurement boots already."""
         boot = self.boot
-        return self._session.settings.confirm and self._confirm and not (boot is not None and boot.of > 1)
+        return self._run.settings.confirm and self._confirm and not (boot is not None and boot.of > 1)
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -430,8 +430,8 @@ class Recorder:
         baseline_store.drop_stored(self.item.config, self._stored)
         self._stored.clear()
         for v in first:
-            if v in self._session.verdicts:
-                self._session.verdicts.remove(v)
+            if v in self._run.verdicts:
+                self._run.verdicts.remove(v)
         self.verdicts.clear()
         self._first_measurement = first
         return first
@@ -439,7 +439,7 @@ class Recorder:
     def _claim(self, key: str) -> None:
         """Two tests may not store under one baseline key (their scenario names would collide)."""
         full = f"{keys.stored_key(self.item)}::{key}"
-        other = self._session.stored_keys.setdefault(full, self.item.nodeid)
+        other = self._run.stored_keys.setdefault(full, self.item.nodeid)
         if other != self.item.nodeid and keys.base_nodeid(other) != keys.base_nodeid(self.item.nodeid):
             raise RuntimeError(f"{self.item.nodeid} and {other} both record {full!r}: baseline keys are "
                                f"scenario + entry + metric, so two scenarios need different function names")
@@ -453,7 +453,7 @@ class Recorder:
         return out
 
     def _provenance(self) -> dict[str, Any]:
-        st = self._session.settings
+        st = self._run.settings
         cfg = self.entry
         out: dict[str, Any] = {"device": hardware.describe(), "machine": hardware.machine_id(cfg.device if cfg else "cpu"),
                                "settings": {"repeats": st.repeats, "warmup": st.warmup,
@@ -473,24 +473,24 @@ class Recorder:
         if self._side is not None and self._side.handle is not None:
             return self._side.handle
         cfg = self.entry
-        server = self._session.servers.get(cfg.id) if cfg else None
+        server = self._run.servers.get(cfg.id) if cfg else None
         return server.handle if server is not None else None
 
     def _fingerprint(self) -> dict[str, Any]:
-        return self._session.entry_fingerprint(self.entry, self._handle())
+        return self._run.entry_fingerprint(self.entry, self._handle())
 
     def min_effect(self, metric: metrics.Metric, key: str) -> float:
         """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this
         test: ``--llmgate-min-effect``, then the test's ``@pytest.mark.llmgate(min_effect=…)``, then
         the entry's ``min_effect``, then the metric's own."""
-        return self._session.min_effect(metric, key, self.entry, self.item)
+        return self._run.min_effect(metric, key, self.entry, self.item)
 
     def _keep_gpu_sampling(self, key: str, test: str, mb: MeasurementBoot | None, gpus: dict[Any, Any]) -> None:
         """report.json's ``gpu_sampling``: what the GPU did while this figure was measured (its clocks,
         utilisation, throttle reasons; ``hardware.summarize_samples``), with the boot (or boot pair) and side."""
         cfg = self.entry
         side = self._side.name if self._side is not None else (mb.side[0] if mb is not None and mb.side else None)
-        self._session.gpu_sampling.append({"config": cfg.id if cfg else self.item.name, "test": test, "key": key,
+        self._run.gpu_sampling.append({"config": cfg.id if cfg else self.item.name, "test": test, "key": key,
                                            "boot": int(mb) if mb is not None else None, "side": side,
                                            "gpus": {str(i): g for i, g in gpus.items()}})
 
@@ -499,4 +499,4 @@ class Recorder:
         cfg = self.entry
         if cfg is None:
             raise RuntimeError(f"{self.item.nodeid}: set_regime needs a matrix entry")
-        self._session.regimes[cfg.id] = regime
+        self._run.regimes[cfg.id] = regime

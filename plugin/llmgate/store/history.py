@@ -26,14 +26,14 @@ read; a corrupt file stops the reader with an error naming the file, and no othe
 A boot's *boot-level value* is the median of its repeat values; ``within_boot_cv`` is the pooled
 standard deviation of the log repeat values within boots, ``between_boot_cv`` the standard
 deviation of the log boot-level values (null with one boot); ``gate`` (optional) is the gate's
-own noise model as stored with the result.  A session with ``--llmgate-boots K`` gives K boots
+own noise model as stored with the result.  A run with ``--llmgate-boots K`` gives K boots
 per series (on the CPU the default is one).
 
 The change-point detection is :mod:`llmgate.analysis.changepoint` (binary segmentation, t-test on log
 boot-level values with a variance that pools the run-to-run and within-run noise, Bonferroni
 over the splits, and a minimum relative step).
 
-Why one module over ~450 lines: a run record's schema, its writing at a session's end and its
+Why one module over ~450 lines: a run record's schema, its writing at a run's end and its
 reading over runs change together (the schema is versioned here); the change-point test itself is
 ``analysis.changepoint``.
 """
@@ -165,13 +165,13 @@ def load(folder: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r["run"]["started"], r["run"]["id"]))
 
 
-# -- from a pytest session (GateSession.finish, llmgate.runner.session, at the session's end) -----
+# -- from a run (GateRun.finish, llmgate.runner.run, at the run's end) -----------------------
 class ModelHashes(Protocol):
     def model_hash(self, cfg: ServerConfig) -> str | None: ...
 
 
-class RecordedSession(Protocol):
-    """What a record is made of: the part of a finished session (``llmgate.runner.session.GateSession``)
+class RecordedRun(Protocol):
+    """What a record is made of: the part of a finished run (``llmgate.runner.run.GateRun``)
     the history reads.  A protocol here, so that this layer does not import the runner above it."""
 
     config: Any                                  # pytest.Config
@@ -186,7 +186,7 @@ class RecordedSession(Protocol):
     def matrix(self) -> Matrix: ...
 
     @property
-    def pool(self) -> ModelHashes: ...                # the session's servers (llmgate.runner.pool.ServerPool)
+    def pool(self) -> ModelHashes: ...                # the run's servers (llmgate.runner.pool.ServerPool)
 
     def config_detail(self, cid: str) -> dict[str, Any] | None: ...
 
@@ -201,8 +201,8 @@ def folder_for(config) -> Path | None:
     return config.rootpath / DEFAULT_DIR
 
 
-def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
-    """What the session recorded, one series per (entry, test, key): the repeat values of each
+def run_series(gs: RecordedRun) -> list[dict[str, Any]]:
+    """What the run recorded, one series per (entry, test, key): the repeat values of each
     boot its verdicts rest on, with the provenance Gate.record stored beside them."""
     stored: dict[tuple[str, str], dict[str, Any]] = {}       # (entry, key) → extra_info of the stored entry
     bs = benchmark_files.benchmark_session(gs.config)
@@ -243,7 +243,7 @@ def session_series(gs: RecordedSession) -> list[dict[str, Any]]:
     return out
 
 
-def _boots_of(gs: RecordedSession, v: Verdict, info: dict[str, Any]) -> list[list[float]]:
+def _boots_of(gs: RecordedRun, v: Verdict, info: dict[str, Any]) -> list[list[float]]:
     """A verdict's repeat values per boot: as stored with the result (``boots``), else as the
     session kept them per measurement boot (``--llmgate-boots K``), else its samples as one boot."""
     stored = info.get("boots")
@@ -259,12 +259,12 @@ def _device_part(d: dict[str, Any]) -> dict[str, Any]:
     return {k: d.get(k) for k in ("cpu", "gpus", "driver") if d.get(k) is not None}
 
 
-def record_session(gs: RecordedSession, exit_status: int) -> Path | None:
-    """Append this session's record to the history folder (None: nothing measured, or disabled)."""
+def record_run(gs: RecordedRun, exit_status: int) -> Path | None:
+    """Append this run's record to the history folder (None: nothing measured, or disabled)."""
     folder = folder_for(gs.config)
     if folder is None:
         return None
-    series = session_series(gs)
+    series = run_series(gs)
     if not series:
         return None
     rec = make_record(series, gs.started, argv=list(gs.config.invocation_params.args), worker=gs.worker,

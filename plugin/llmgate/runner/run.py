@@ -1,5 +1,6 @@
-"""What llmgate keeps for one pytest session: settings, the matrix, the server pool, and what
-the tests measured (verdicts, boots, notes, raw samples) until the report is written."""
+"""What llmgate keeps for one run (one pytest invocation; docs/glossary.md): settings, the matrix,
+the server pool, and what the tests measured (verdicts, boots, notes, raw samples) until the report
+is written."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
 
 
-class GateSession:
-    """Everything llmgate keeps for one pytest session."""
+class GateRun:
+    """Everything llmgate keeps for one run: llmgate's run object (docs/glossary.md, "run")."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -82,7 +83,7 @@ class GateSession:
         self.finished: set[str] = set()
         server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
 
-    # -- hooks of this session (registered as a plugin of its config) ---------------------
+    # -- hooks of this run (registered as a plugin of its config) -------------------------
     @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while
     def pytest_keyboard_interrupt(self, excinfo) -> None:
         """pytest caught the interrupt (Ctrl-C, or SIGTERM/SIGHUP through llmgate's handlers): from
@@ -272,7 +273,7 @@ class GateSession:
             gs.gate_exit(session)
         try:
             from llmgate.store import history
-            written = history.record_session(gs, int(session.exitstatus))
+            written = history.record_run(gs, int(session.exitstatus))
             if written:
                 say(session.config, f"llmgate: run history: {written}")
         except Exception as e:                                   # the run's results stand without it
@@ -304,7 +305,7 @@ class GateSession:
             parts = []
             for f in sorted(gs.out_dir.glob("gw*/report.json")):
                 if f.stat().st_mtime < gs.started:
-                    continue                                    # left by an earlier session
+                    continue                                    # left by an earlier run
                 try:
                     parts.append(json.loads(f.read_text(encoding="utf-8")))
                 except (OSError, ValueError) as e:
@@ -332,7 +333,7 @@ class GateSession:
 
 
     def compared(self) -> bool:
-        """Whether this run compares: --benchmark-compare, or A/B mode's same-session comparison."""
+        """Whether this run compares: --benchmark-compare, or A/B mode's same-run comparison."""
         return bool(baseline_store.compared_spec(self.config)) or bool(self.settings.ab)
 
     def gate_exit(self, session: pytest.Session) -> None:
@@ -350,7 +351,7 @@ class GateSession:
         summary["outcome"] = {"status": o.status, "headline": o.headline, "lines": o.lines + ([o.fate] if o.fate else [])}
 
 
-SESSION_KEY = pytest.StashKey[GateSession]()
+RUN_KEY = pytest.StashKey[GateRun]()
 
 
 def history_folder(config: pytest.Config) -> Path | None:
@@ -376,7 +377,7 @@ def marker_min_effect(item: pytest.Item) -> dict[str, float]:
     return dict(m.kwargs.get("min_effect") or {}) if m else {}
 
 
-def not_run(session: pytest.Session, gs: GateSession) -> list[str] | None:
+def not_run(session: pytest.Session, gs: GateRun) -> list[str] | None:
     """Collected tests that never finished, the interrupted one excluded (None under pytest-xdist,
     where this process does not know which tests were meant for it)."""
     if distribution.worker(session.config) or distribution.workers(session.config):
