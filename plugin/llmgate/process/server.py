@@ -3,12 +3,10 @@ file, wait for readiness with progress, sample its memory, tear the whole group
 down and make sure nothing is left behind.
 
 The server gets its own process group (so the whole tree can be signalled) but
-stays in the caller's session.  On Linux with autogroup scheduling a new session
-is a new CPU group; on a 2-core machine vLLM's busy-polling EngineCore then
-starved the API server's streaming whenever any other process woke up: client
-TTFT 1.2-2.6 s instead of 12-20 ms, the whole generation arriving in one burst,
-while vLLM's own TTFT histogram stayed at ~15 ms.  In the caller's session the
-same runs showed no such stall.
+stays in the caller's Linux process session: under autogroup scheduling a new
+session is a new CPU group, and on 2 cores vLLM's busy-polling EngineCore then
+starved the API server's streaming (client TTFT 1.2-2.6 s against the engine's
+~15 ms; docs/lab/cpu.md).
 
 Between the gate and the engine runs ``llmgate.process.watchdog`` (in a process group of its own): the
 engine dies with the process that started it even when that one is killed with SIGKILL, and
