@@ -6,7 +6,9 @@
 #                                            sides; nothing may read regressed or improved
 #   tests/validation/cpu_duet.sh knob US     one session whose side B does US µs more work in every
 #                                            model forward (tests/validation/slowdown, the step knob;
-#                                            default 500: ~10% of the tiny model's decode step here)
+#                                            default 500: ~10% of the tiny model's decode step here);
+#                                            KNOB=frontend-block: US µs of busy wait in the API server
+#                                            per request instead (5000: ~10% of TTFT c=1 at 128 tokens)
 #   tests/validation/cpu_duet.sh table       every session's verdicts and MDEs, one row per metric
 #
 # env: PY (the engine's and pytest's interpreter, default .tox/gate/bin/python), OUT (default
@@ -34,11 +36,16 @@ aa)
   for i in $(seq 1 "$n"); do session "aa$(date -u +%m%d-%H%M)-$i" "$py"; done ;;
 knob)
   us=${2:-500}
-  slow="$out/vllm-slow$us-python"
-  printf '#!/bin/sh\nexport PYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" LLMGATE_SLOWDOWN_US=%s\nexec "%s" "$@"\n' \
-    "$repo/tests/validation/slowdown" "$us" "$py" > "$slow"
+  case ${KNOB:-step} in
+    step) var=LLMGATE_SLOWDOWN_US ;;
+    frontend-block) var=LLMGATE_FRONTEND_BLOCK_US ;;
+    *) echo "cpu_duet.sh: KNOB is step or frontend-block" >&2; exit 2 ;;
+  esac
+  slow="$out/vllm-${KNOB:-step}$us-python"
+  printf '#!/bin/sh\nexport PYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" %s=%s\nexec "%s" "$@"\n' \
+    "$repo/tests/validation/slowdown" "$var" "$us" "$py" > "$slow"
   chmod +x "$slow"
-  session "knob$us-$(date -u +%m%d-%H%M)" "$slow" ;;
+  session "knob-${KNOB:-step}$us-$(date -u +%m%d-%H%M)" "$slow" ;;
 table)
   "$py" - "$out" <<'EOF'
 import json, pathlib, sys
@@ -58,5 +65,5 @@ for key in sorted(rows):
     print(f"| {key} | " + " | ".join(rows[key].get(r.name, "—") for r in runs) + " |")
 EOF
   ;;
-*) sed -n '2,14p' "$0"; exit 2 ;;
+*) sed -n '2,15p' "$0"; exit 2 ;;
 esac
