@@ -8,17 +8,20 @@
 #   gpu/duet-campaign.sh wait S     waits up to S seconds for the end, then copies the logs' tails,
 #                                    reports and summaries to $OUT
 #   gpu/duet-campaign.sh run        the sessions, one after the other:
-#     1. knobs: side B slowed on purpose (tests/validation/slowdown, gpu/make-slow-launcher.sh):
+#     1. aa:    the same vLLM on both sides (an A/A): $AA_K (default decode c=1, c=8, TTFT c=1 at 128 and
+#               2,048 tokens and the Poisson loads: the tests of boots of the entry's gate and latency
+#               levers but the concurrency sweep and the arrival-rate test); nothing may read regressed
+#               or improved; windows in rounds (`[scenarios] duet_rounds`, default 3)
+#     2. knobs: side B slowed on purpose (tests/validation/slowdown, gpu/make-slow-launcher.sh):
 #               ADMIT_US µs of host work in the engine core in every scheduler step that admits a
 #               request (default 600: the prefill path, ~+4% of TTFT at 128 tokens; the forward's
 #               prefill knob is graph-captured on the H200 and did not act at 800 µs) and
 #               FRONTEND_BLOCK_US µs of busy wait in the API server before the engine sees a request
-#               (default 500); TTFT c=1 only, minimum effects lowered to what the duet can see (3%
-#               TTFT, engine TTFT and prefill); both must be flagged and attributed
-#     2. aa:    the same vLLM on both sides (an A/A): $AA_K (default TTFT c=1 at 128 and 2,048 tokens
-#               and the Poisson loads); nothing may read regressed or improved
-# env: PAIRS (default 3), AA_K (-k of the A/A), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 700
-# and 850: one lease holds both), DRY=1
+#               (default 500); TTFT c=1 at 128 tokens only (gpu/duet-knobs.toml), minimum effects
+#               lowered to what the duet can see (3% TTFT, engine TTFT and prefill); both must be
+#               flagged and attributed
+# env: PAIRS (default 3), AA_K (-k of the A/A), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 480
+# and 1,080: one lease holds both), DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/duet
@@ -27,12 +30,12 @@ files=()
 common=(-p no:cacheprovider --llmgate-boots "${PAIRS:-3}" --durations=0)
 . gpu/campaign-lib.sh
 base=/tmp/llmgate-launchers/vllm-python
-aa_k="gpu-vllm-8b and (ttft_c1 or poisson_load)"
+aa_k="gpu-vllm-8b and (decode_c1 or test_concurrency or ttft_c1 or poisson_load) and not sweep and not arrival_rate"
 
 case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-600}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" \
-         AA_DEADLINE="${AA_DEADLINE:-850}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-700}" ;;
+         AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-480}" ;;
 wait)  campaign_wait "${2:-540}" ;;
 run)
   mkdir -p "$work"
@@ -40,14 +43,15 @@ run)
   slow=$(KNOB=admit gpu/make-slow-launcher.sh "${ADMIT_US:-600}" "$base")
   slow=$(KNOB=frontend-block gpu/make-slow-launcher.sh "${FRONTEND_BLOCK_US:-500}" "$slow")
   echo "side B of the knobs: $slow"; grep '^export' "$slow"
+  files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
+         plugin/llmgate/scenarios/test_latency.py)
+  session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
+    --llmgate-accept inconclusive
   files=(plugin/llmgate/scenarios/test_latency.py)
-  session knobs "${KNOBS_DEADLINE:-700}" -- -k "gpu-vllm-8b and ttft_c1" --llmgate-ab "A=$base" --llmgate-ab "B=$slow" \
-    --llmgate-accept inconclusive \
+  MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-480}" -- -k "gpu-vllm-8b and ttft_c1" \
+    --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive \
     --llmgate-min-effect ttft_c1=0.03 --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03
   grep -h "llmgate admit delay\|llmgate frontend delay" "$work"/knobs/logs/*.log 2>/dev/null | sort | uniq -c | head -n 12
-  files=(plugin/llmgate/scenarios/test_latency.py)
-  session aa "${AA_DEADLINE:-850}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
-    --llmgate-accept inconclusive
   touch "$work/done"
   ;;
 *) sed -n '2,19p' "$0"; exit 2 ;;

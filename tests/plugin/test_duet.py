@@ -119,3 +119,48 @@ def test_fails_on_b(llmgate_config, llmgate_boot, gate):
                       "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y", "--llmgate-boots", "1", "-k", "fails_on_b")
     assert r.ret == 1
     r.stdout.fnmatch_lines(["*side B broke*"])
+
+
+ROUNDS_TEST = """
+import json, os
+import pytest
+from llmgate.core import metrics
+
+@pytest.mark.boots
+def test_windows(llmgate_config, llmgate_boot, gate):
+    values = json.loads(os.environ["VALUES"])
+    side, k = gate.side, int(llmgate_boot)
+    gate._side.window_share()              # what gate.steady does before a window: the test runs in rounds
+    r = gate._side.round
+    with open(f"ran-{side}-{k}-{r}", "w"):
+        pass
+    with gate._side.turn():                # one window's turn
+        pass
+    # the machine's drift between windows (the same in both sides' turns of a round), side B's ratio
+    drift = values["drift"][k - 1][r - 1]
+    gate.record(metrics.AGGREGATE_TOK_S, [1000.0 * drift * values[side][k - 1][r - 1]], "c8")
+"""
+
+
+def test_a_test_of_windows_runs_in_rounds_paired_round_by_round(pytester):
+    drift = [[1.0, 0.93, 1.07], [1.05, 0.96, 1.0], [0.95, 1.04, 1.01]]
+    same = {"drift": drift, "A": [[1.0] * 3] * 3, "B": [[1.003, 0.998, 1.0], [0.997, 1.002, 1.001], [1.0, 1.004, 0.997]]}
+    r = boot_runs.run(pytester, ENTRIES, ROUNDS_TEST, same, "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y",
+                      "--llmgate-boots", "3", "--llmgate-accept", "inconclusive")
+    assert r.ret == 0, r.stdout.str()[-3000:]
+    ran = sorted(p.name for p in pytester.path.glob("ran-*"))
+    assert len(ran) == 18 and "ran-B-3-3" in ran, ran          # 3 rounds a side on each of 3 pairs
+    v = verdicts(pytester)["aggregate_tok_s@c8"]
+    assert v["comparison"] == "duet, 3 boot pairs, 3 rounds a pair", v["comparison"]
+    # the drift (±7%) cancels round by round: what is left is the rounds' ratios (±0.3%) and the CPU's prior
+    # for a boot pair's part (5%)
+    assert v["status"] != "regressed" and v["mde"] < 0.08, v
+    assert "in rounds of windows (3 a side a pair" in v["note"], v["note"]
+    assert "within-pair rounds" in v["method"] and "in rounds of windows" in v["method"], v["method"]
+    slower = dict(same, B=[[x * 0.90 for x in row] for row in same["B"]])
+    for p in pytester.path.glob("ran-*"):
+        p.unlink()
+    r = boot_runs.run(pytester, ENTRIES, ROUNDS_TEST, slower, "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y",
+                      "--llmgate-boots", "3")
+    assert r.ret == 1, r.stdout.str()[-3000:]
+    assert verdicts(pytester)["aggregate_tok_s@c8"]["status"] == "regressed"

@@ -174,3 +174,46 @@ def test_the_h200_duet_front_end_knob_is_flagged_and_attributed_to_the_front_end
     assert verdicts["frontend_ttft@c1-p128"].status == "regressed"
     assert verdicts["ttft_c1@p128"].status == "regressed" and 0.02 < verdicts["ttft_c1@p128"].change < 0.07
     assert verdicts["engine_prefill@c1-p128"].status not in ("regressed", "improved")
+
+
+def rounds_duet(a_rounds, b_rounds, metric=metrics.AGGREGATE_TOK_S, device="gpu", min_effect=0.03):
+    return judge_duet(metric, "aggregate_tok_s@c8", "x", a_rounds, b_rounds, min_effect, 0.05, "A",
+                      paired_rounds=True, assumed=noise_prior.duet_assumed(device, metric, "rounds"))
+
+
+# three pairs of three rounds a side, the machine drifting ±6% between windows (the same drift on both
+# sides of a round, as turns A B / B A give it), each round's ratio off by ±0.5%
+DRIFT = ((1.0, 0.94, 1.06), (1.03, 0.97, 0.95), (0.96, 1.05, 1.0))
+JITTER = ((1.004, 0.996, 1.0), (0.997, 1.005, 0.998), (1.002, 0.995, 1.003))
+
+
+def _rounds(level, factor=1.0):
+    a = [[level * d for d in pair] for pair in DRIFT]
+    b = [[level * d * j * factor for d, j in zip(pair, jit)] for pair, jit in zip(DRIFT, JITTER)]
+    return a, b
+
+
+def test_rounds_paired_round_by_round_cancel_the_drift_between_windows():
+    a, b = _rounds(1500.0)
+    v = rounds_duet(a, b)
+    assert v.status not in ("regressed", "improved"), v.line()
+    assert v.comparison == "duet, 3 boot pairs, 3 rounds a pair"
+    assert "within-pair rounds" in v.method, v.method
+    # the drift (±6%) is not in the MDE: the rounds' ratios (±0.5%) and the prior's pair part are
+    assert v.mde is not None and v.mde < 0.03, v.line()
+    # the same figures unpaired (each side's rounds as repeats): the drift stays in, the MDE is far wider
+    unpaired = judge_duet(metrics.AGGREGATE_TOK_S, "k", "x", a, b, 0.03, 0.05, "A",
+                          assumed=noise_prior.duet_assumed("gpu", metrics.AGGREGATE_TOK_S, "rounds"))
+    assert unpaired.mde > 1.5 * v.mde, (unpaired.mde, v.mde)
+
+
+def test_a_three_percent_throughput_loss_in_every_round_is_flagged():
+    a, b = _rounds(1500.0, factor=0.97)
+    v = rounds_duet(a, b)
+    assert v.status == "regressed", v.line()
+    assert -0.04 < v.change < -0.02
+
+
+def test_rounds_need_as_many_on_both_sides():
+    with pytest.raises(ValueError):
+        rounds_duet([[1.0, 1.0]], [[1.0]])

@@ -103,4 +103,5 @@ def duet_assumed(device: str | None, metric: Metric, grain: str = "request") -> 
     part = dev.get(grain) or dev["request"]
     cv = float(part.get("metrics", {}).get(metric.name, part.get("units", {}).get(metric.unit, part["cv"])))
     return (math.log1p(cv) ** 2, int(part["df"]),
-            f"llmgate's prior for a {device} duet, {grain} by {grain} (pair part {cv:.1%}, df {part['df']})")
+            f"llmgate's prior for a {device} duet, "
+            f"{'in rounds of windows' if grain == 'rounds' else f'{grain} by {grain}'} (pair part {cv:.1%}, df {part['df']})")

@@ -40,6 +40,20 @@ def pairs_needed(metric: Metric, var: float, df: int, min_effect: float, alpha: 
     return None
 
 
+def _geomean(values: Sequence[float]) -> float:
+    xs = [float(v) for v in values]
+    if min(xs) <= 0:
+        return median(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def _var(xs: Sequence[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
 def _within(values: Sequence[float], sampling: float | None) -> float | None:
     """What one side's boot value is known to within, from inside the boot (log scale): its requests'
     sampling variance where the scenario gave it, else its repeats' variance ÷ their count."""
@@ -53,25 +67,35 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
                b_boots: Sequence[Sequence[float]], min_effect: float | None = None, alpha: float = DEFAULT_ALPHA,
                baseline_source: str | None = None, a_sampling: Sequence[float | None] | None = None,
                b_sampling: Sequence[float | None] | None = None, requests: Sequence[float] | None = None,
-               assumed: tuple[float, int, str] | None = None) -> Verdict:
+               assumed: tuple[float, int, str] | None = None, paired_rounds: bool = False) -> Verdict:
     """Side B (``b_boots``, the candidate) against side A (``a_boots``), boot pair by boot pair:
     ``a_boots[k]`` and ``b_boots[k]`` are the two sides' repeat values on pair k.  ``a_sampling`` /
     ``b_sampling``: each boot value's sampling variance (log scale) where it is one statistic over
     requests.  ``assumed``: (log-scale variance, df, in words) of the device's prior for the pair part
     (what a boot pair adds to its ratio beyond its sampling), pooled with the pairs' own.
+    ``paired_rounds``: ``a_boots[k][i]`` and ``b_boots[k][i]`` are round i of pair k, run in turns (a
+    test in rounds of windows): the pair's log ratio is the mean of its rounds' log ratios (each side's
+    value the geometric mean of its rounds), and what it is known to within, their variance ÷ the rounds.
 
     The verdict's change is exp(mean log ratio) − 1 with its 95% CI; its MDE and the pairs that would
     reach the minimum effect follow from the pair-to-pair variance; ``method`` names both parts of it."""
     if len(a_boots) != len(b_boots) or not a_boots:
         raise ValueError(f"{key}: a duet needs both sides' values on every boot pair ({len(a_boots)} vs {len(b_boots)})")
     eff = metric.min_effect if min_effect is None else min_effect
-    a_vals = [median(list(map(float, b))) for b in a_boots]
-    b_vals = [median(list(map(float, b))) for b in b_boots]
+    if paired_rounds:
+        if any(len(a) != len(b) or not a for a, b in zip(a_boots, b_boots)):
+            raise ValueError(f"{key}: rounds paired by pair need as many rounds on both sides")
+        a_vals = [_geomean(b) for b in a_boots]
+        b_vals = [_geomean(b) for b in b_boots]
+    else:
+        a_vals = [median(list(map(float, b))) for b in a_boots]
+        b_vals = [median(list(map(float, b))) for b in b_boots]
     flat_a = tuple(float(v) for b in a_boots for v in b)
     flat_b = tuple(float(v) for b in b_boots for v in b)
     k = len(a_vals)
     common = dict(samples=flat_b, baseline_samples=flat_a, boots=(k, k), boot_values=tuple(b_vals),
-                  baseline_boot_values=tuple(a_vals), comparison=f"duet, {k} boot pair{'s' * (k != 1)}",
+                  baseline_boot_values=tuple(a_vals), comparison=f"duet, {k} boot pair{'s' * (k != 1)}"
+                  + (f", {len(a_boots[0])} rounds a pair" if paired_rounds else ""),
                   baseline_in_run=True)
     s_a, s_b = Summary.of(a_vals), Summary.of(b_vals)
     if min(a_vals + b_vals) <= 0:
@@ -89,8 +113,12 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
     d = sum(logs) / k
     a_samp = list(a_sampling) if a_sampling is not None else [None] * k
     b_samp = list(b_sampling) if b_sampling is not None else [None] * k
-    within = [wa + wb for i in range(k)
-              if (wa := _within(a_boots[i], a_samp[i])) is not None and (wb := _within(b_boots[i], b_samp[i])) is not None]
+    if paired_rounds:
+        within = [v / len(a_boots[i]) for i in range(k)
+                  if (v := _var([math.log(y / x) for x, y in zip(a_boots[i], b_boots[i]) if x > 0 and y > 0])) is not None]
+    else:
+        within = [wa + wb for i in range(k)
+                  if (wa := _within(a_boots[i], a_samp[i])) is not None and (wb := _within(b_boots[i], b_samp[i])) is not None]
     w = sum(within) / len(within) if within else None
     # the pair part (what a boot pair adds to its ratio beyond its requests' sampling): measured over the
     # pairs (their spread less the sampling part, K − 1 df), pooled with the device's prior where one
@@ -131,7 +159,8 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
     need = pairs_needed(metric, var, df, eff, alpha) if mde > eff else None
     spread = f"pairs' spread {math.sqrt(s2):.2%}, " if s2 is not None else ""
     pooled = f", pooled with {source}" if source else ""
-    sampling = f"within-pair sampling {math.sqrt(w):.2%}" if w is not None else "within-pair sampling not known"
+    part = "within-pair rounds" if paired_rounds else "within-pair sampling"
+    sampling = f"{part} {math.sqrt(w):.2%}" if w is not None else f"{part} not known"
     method = (f"duet: t-test on {k} boot pair{'s' * (k != 1)}' log(B ÷ A) (df {df}): {spread}{sampling} + pair part "
               f"{math.sqrt(pair_var):.2%}{pooled}")
     basis = f"duet, {k} boot pair{'s' * (k != 1)}" + (", pair part pooled with a prior" if source else "")

@@ -77,6 +77,11 @@ class Scenarios:
     # with it TTFT and ITL p95, depended on how a boot's streams happened to merge; mixed lengths
     # keep them mixing, and the window averages over that.  0: every request the same length.
     output_spread: float = 0.5
+    # a duet (--llmgate-ab, both sides resident): a scenario measured over steady windows runs this many
+    # rounds a side on each boot pair, each round's windows 1/duet_rounds as long and in turns with the
+    # other side's (A B, B A … drawn per pair of turns), so that what moves the machine between windows
+    # falls on both sides alike and the rounds' paired ratios measure what it leaves (1: one window a side)
+    duet_rounds: int = 3
     # the latency lever (scenarios/test_latency.py).  TTFT at c=1: at each prompt length, requests of
     # latency_output_tokens, one at a time, until the sampling error (relative standard error) of the
     # boot's TTFT mean and median is at most latency_rel_error, between latency_min_requests and

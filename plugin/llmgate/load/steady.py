@@ -42,6 +42,9 @@ class Steady:
     warm_max_s: float = 15.0
     warm_tol: float = 0.02
     poll_s: float = 0.25            # the engine's /metrics is read this often through the run (0: never)
+    # the server is already warm from this load (a duet's later round of it): one warm-up segment (the
+    # load filling up) and the window opens
+    settled: bool = False
 
     def __post_init__(self):
         if self.min_s <= 0 or self.min_requests < 1 or self.max_s < self.min_s or self.warm_segment_s <= 0 \
@@ -123,6 +126,9 @@ class _Controller:
 
     def _maybe_end_warmup(self, now: float) -> None:
         seg = self.segments
+        if self.s.settled:
+            self._open(now, "one segment (the server warm from this load's earlier round)")
+            return
         if self.mode == "poisson":
             # throughput follows the arrival rate: two segments settle the server
             if len(seg) >= 2:

@@ -2,9 +2,12 @@
 other on each boot pair), and each scenario run once per side, each in a thread of its own, with a
 ``gate`` bound to that side's server.  Their load is interleaved by ``Turns``: one side at a time
 has the machine, request by request where a scenario sends one request at a time, window by window
-under load, in an order drawn at random within each pair of turns.  What moves the machine (its
-state on this boot pair, a minute's drift, a neighbour) then falls on both sides alike and cancels
-in B ÷ A (``analysis.paired.judge_duet``)."""
+under load, in an order drawn at random within each pair of turns.  A test measured over steady
+windows runs in rounds (``[scenarios] duet_rounds``, each round's windows that much shorter), so
+that its windows alternate too (A B, B A …) and the rounds' paired ratios say what the machine's
+drift between windows leaves.  What moves the machine (its state on this boot pair, a minute's
+drift, a neighbour) then falls on both sides alike and cancels in B ÷ A
+(``analysis.paired.judge_duet``)."""
 
 from __future__ import annotations
 
@@ -183,10 +186,25 @@ class DuetSide:
     # the grain of this side's last turn: "request" (one request sent one at a time, interleaved with the
     # other side's) or "window" (a whole window under load): what a figure recorded after it rests on
     grain: str = "request"
+    # a test measured over steady windows runs in rounds (``[scenarios] duet_rounds``): the test's function
+    # again, each round's windows shorter, in turns with the other side's; ``round`` is the one running
+    rounds: int = 1
+    round: int = 1
+    windows: bool = False                 # this side ran a steady window in this test (so: rounds)
 
     def turn(self, grain: str = "window") -> contextlib.AbstractContextManager[None]:
         self.grain = grain
         return self.turns.turn(self.name)
+
+    def window_share(self) -> int:
+        """(a steady window about to run) How many rounds share the window's length: the test runs in rounds."""
+        self.windows = True
+        return self.rounds
+
+    @property
+    def more_rounds(self) -> bool:
+        """Another round of this test follows on this boot pair (its figures are judged after the last)."""
+        return self.windows and self.round < self.rounds
 
     def parked(self) -> contextlib.AbstractContextManager[None]:
         return self.turns.parked(self.name)
@@ -226,11 +244,13 @@ def call(item: pytest.Function, gate_run: GateRun) -> bool:
         pytest.fail(f"{cfg.id}: duet: side {', '.join(missing)}'s server is not running", pytrace=False)
     turns = Turns(names, item.nodeid)
     run = DuetRun(names)
+    rounds = max(1, int(gate_run.matrix.scenarios.duet_rounds))
+    sides: dict[str, DuetSide] = {}
     args: dict[str, dict[str, Any]] = {}
     base = {a: item.funcargs[a] for a in item._fixtureinfo.argnames}
     for name in names:
         h = handles[name]
-        side = DuetSide(name, h, turns, run)
+        side = sides[name] = DuetSide(name, h, turns, run, rounds=rounds)
         gate = Gate(item, gate_run, getattr(item, "_request", None), side=side)
         run.recorders[name] = gate._recorder
         own = dict(base)
@@ -248,6 +268,10 @@ def call(item: pytest.Function, gate_run: GateRun) -> bool:
         try:
             turns.begin(name)
             item.obj(**args[name])
+            side = sides[name]
+            while side.more_rounds:              # a test of steady windows: its next round, in turns with the other's
+                side.round += 1
+                item.obj(**args[name])
         except Cancelled:
             pass
         except BaseException as e:                  # the test's failure (assert, pytest.fail, skip): raised below

@@ -244,11 +244,14 @@ class Recorder:
         assert side is not None
         slot, k, s = (cfg.id, test, key), int(mb), self._run
         with s.duet_lock:
-            s.duet_values.setdefault(slot, {}).setdefault(k, {})[side.name] = (values, sampling, requests, raw)
-            s.duet_grain.setdefault(slot, set()).add(side.grain)
-            if k < mb.of:
-                s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}: "
-                      f"{metric.display(median(values))}; judged after pair {mb.of}")
+            # a test in rounds (runner/duet.py) records each figure once a round: the rounds are kept in order
+            s.duet_values.setdefault(slot, {}).setdefault(k, {}).setdefault(side.name, []).append(
+                (values, sampling, requests, raw))
+            s.duet_grain.setdefault(slot, set()).add("rounds" if side.windows and side.rounds > 1 else side.grain)
+            if k < mb.of or side.more_rounds:
+                s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}"
+                      + (f", round {side.round} of {side.rounds}" if side.windows and side.rounds > 1 else "")
+                      + f": {metric.display(median(values))}; judged after pair {mb.of}")
                 return None
             pending = s.duet_pending.setdefault(slot, {})
             if not pending:                       # the first side to record it on the last pair: the other judges
@@ -268,26 +271,41 @@ class Recorder:
         done = s.duet_values[slot]
         ks = [i for i in sorted(done) if a_name in done[i] and b_name in done[i]]
         cand: Recorder = side.run.recorders[b_name]
-        # a figure measured over whole windows (one side under load, then the other) rests on the window
-        # grain's prior; one measured request by request, interleaved, on the finer one
-        grain = "window" if "window" in s.duet_grain.get(slot, {"window"}) else "request"
+        # a figure measured over whole windows (one side under load, then the other), once a pair, rests on the
+        # window grain's prior; one measured in rounds of windows (A B, B A …) on their paired ratios and the
+        # rounds' prior; one measured request by request, interleaved, on the finest
+        grains = s.duet_grain.get(slot, {"window"})
+        grain = "window" if "window" in grains else "rounds" if "rounds" in grains else "request"
         if not ks:
             only = sorted({n for i in done for n in done[i]})
-            values = [v for i in sorted(done) for n in only for v in done[i][n][0]]
+            values = [v for i in sorted(done) for n in only for v in _rounds_merged(done[i][n])[0]]
             verdict = judge(metric, key, cfg.id, values, None)
             notes = [f"duet: not compared, no boot pair has both sides' {key} (only side {', '.join(only)} recorded it)"]
         else:
-            a = [done[i][a_name] for i in ks]
-            b = [done[i][b_name] for i in ks]
-            verdict = judge_duet(metric, key, cfg.id, [x[0] for x in a], [x[0] for x in b],
-                                 s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
-                                 f"side {a_name} of this session (resident beside side {b_name})",
-                                 a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
-                                 requests=[float(x[2]) for x in a + b if x[2]],
-                                 assumed=noise_prior.duet_assumed(cfg.device, metric, grain))
+            a = [_rounds_merged(done[i][a_name]) for i in ks]
+            b = [_rounds_merged(done[i][b_name]) for i in ks]
+            rounds = grain == "rounds" and all(len(done[i][n]) > 1 for i in ks for n in (a_name, b_name))
+            if rounds:
+                # each round's value (its repeats' median), paired round by round within the boot pair
+                pairs = [(_round_values(done[i][a_name]), _round_values(done[i][b_name])) for i in ks]
+                pairs = [(ra[:min(len(ra), len(rb))], rb[:min(len(ra), len(rb))]) for ra, rb in pairs]
+                verdict = judge_duet(metric, key, cfg.id, [p[0] for p in pairs], [p[1] for p in pairs],
+                                     s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
+                                     f"side {a_name} of this session (resident beside side {b_name})",
+                                     requests=[float(x[2]) for x in a + b if x[2]], paired_rounds=True,
+                                     assumed=noise_prior.duet_assumed(cfg.device, metric, "rounds"))
+            else:
+                verdict = judge_duet(metric, key, cfg.id, [x[0] for x in a], [x[0] for x in b],
+                                     s.min_effect(metric, key, cfg, self.item), s.settings.alpha,
+                                     f"side {a_name} of this session (resident beside side {b_name})",
+                                     a_sampling=[x[1] for x in a], b_sampling=[x[1] for x in b],
+                                     requests=[float(x[2]) for x in a + b if x[2]],
+                                     assumed=noise_prior.duet_assumed(cfg.device, metric,
+                                                                      "window" if grain == "rounds" else grain))
+            how = {"window": "window by window", "request": "request by request"}.get(
+                grain, f"in rounds of windows ({len(done[ks[0]][a_name])} a side a pair, paired round by round)")
             notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
-                     f"interleaved {'window by window' if grain == 'window' else 'request by request'}: "
-                     f"{side.turns.summary()}"]
+                     f"interleaved {how}: {side.turns.summary()}"]
             extra = {**cand.provenance(), **info, "fingerprint": cand._fingerprint(),
                      "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
                               "baseline_side_boot_values": [median(x[0]) for x in a]}}
@@ -500,3 +518,20 @@ class Recorder:
         if cfg is None:
             raise RuntimeError(f"{self.item.nodeid}: set_regime needs a matrix entry")
         self._run.regimes[cfg.id] = regime
+
+
+def _round_values(rounds: list[tuple[Any, ...]]) -> list[float]:
+    """A duet side's rounds of one figure on one boot pair: each round's value (the median of its repeats)."""
+    return [median([float(v) for v in r[0]]) for r in rounds]
+
+
+def _rounds_merged(rounds: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """A duet side's rounds of one figure on one boot pair as one boot's (values, sampling, requests, raw):
+    one round as it was; several: every round's values, no sampling part of their own (the rounds' spread
+    is it), the requests summed, the rounds' raw data in a list."""
+    if len(rounds) == 1:
+        return rounds[0]
+    values = [float(v) for r in rounds for v in r[0]]
+    requests = sum(int(r[2]) for r in rounds if r[2]) or None
+    raws = [r[3] for r in rounds]
+    return (values, None, requests, {"rounds": raws} if any(x is not None for x in raws) else None)

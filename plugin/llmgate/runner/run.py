@@ -69,7 +69,7 @@ class GateRun:
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
         # a duet's figures (runner/recorder.py _record_duet): (entry, test, metric key) → boot pair → side →
         # (repeat values, sampling variance, requests, raw samples)
-        self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, tuple[Any, ...]]]] = {}
+        self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, list[tuple[Any, ...]]]]] = {}   # its rounds, in order
         self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
         self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
         self.duet_lock = threading.Lock()
