@@ -79,6 +79,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "engines, a binary for llama-server).  Every scenario that measures boots runs on K boots a "
                      "side (--llmgate-boots), booted alternately A B A B …, and B is judged against A's boots of "
                      "this session, not against a stored baseline")
+    g.addoption("--llmgate-pinned", metavar="LAUNCHER",
+                help="the engine a project pins today (an interpreter for Python engines, a binary for llama-server): "
+                     "A/B mode with side 'pinned' (this launcher) against side 'current' (each entry's own: its "
+                     "`launcher` key, $LLMGATE_VLLM_PYTHON / $LLMGATE_SGLANG_PYTHON, else this interpreter), a duet "
+                     "where both fit: the pre-upgrade gate re-measures the pinned engine in the same run")
     g.addoption("--llmgate-ab-mode", choices=["duet", "alternate"], default=None,
                 help="how A/B mode compares its sides: duet (default) boots A and B one after the other on each of "
                      "K boot pairs, both resident, and interleaves every measurement between them, request by request "

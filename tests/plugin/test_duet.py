@@ -164,3 +164,21 @@ def test_a_test_of_windows_runs_in_rounds_paired_round_by_round(pytester):
                       "--llmgate-boots", "3")
     assert r.ret == 1, r.stdout.str()[-3000:]
     assert verdicts(pytester)["aggregate_tok_s@c8"]["status"] == "regressed"
+
+
+def test_pinned_names_side_a_and_the_entries_own_launcher_is_side_b(pytester):
+    pytester.makefile(".toml", llmgate=ENTRIES)
+    pytester.makepyfile(test_rec=PER_PAIR_TEST)
+    r = pytester.runpytest("--collect-only", "-q", "--llmgate-pinned", "/venvs/pinned/bin/python", "--llmgate-boots", "2",
+                           "--llmgate-ab-mode", "alternate")
+    ids = [ln.split("::", 1)[1] for ln in r.stdout.lines if ln.startswith("test_rec.py::")]
+    assert ids == ["test_measure[first-boot1.pinned]", "test_measure[first-boot2.current]",
+                   "test_measure[first-boot3.pinned]", "test_measure[first-boot4.current]"], r.stdout.str()
+    from llmgate.runner.boots import side_config
+    from llmgate.config.matrix import ServerConfig
+    cfg = ServerConfig(id="x", engine="vllm", model="tiny", launcher="/own/python")
+    assert side_config(cfg, "").launcher == "/own/python"              # side "current": the entry's own
+    assert side_config(cfg, "/venvs/pinned/bin/python").launcher == "/venvs/pinned/bin/python"
+    r = pytester.runpytest("--collect-only", "-q", "--llmgate-pinned", "/p", "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y")
+    assert r.ret != 0
+    r.stderr.fnmatch_lines(["*--llmgate-pinned and --llmgate-ab name the sides twice*"])

@@ -24,12 +24,17 @@ def side_of(sides: Sides, k: int) -> tuple[str, str, int] | None:
     return name, launcher, (k - 1) // len(sides) + 1
 
 
+def side_config(cfg: ServerConfig, launcher: str) -> ServerConfig:
+    """Entry ``cfg`` with a side's launcher ("": the entry's own, as --llmgate-pinned's side "current")."""
+    return dataclasses.replace(cfg, launcher=launcher) if launcher else cfg
+
+
 def boot_config(cfg: ServerConfig, sides: Sides, k: int) -> tuple[ServerConfig, str | None]:
     """The configuration measurement boot k boots (its side's launcher in A/B mode) and the side."""
     side = side_of(sides, k)
     if side is None:
         return cfg, None
-    return dataclasses.replace(cfg, launcher=side[1]), side[0]
+    return side_config(cfg, side[1]), side[0]
 
 
 @dataclasses.dataclass(frozen=True)

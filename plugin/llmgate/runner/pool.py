@@ -15,13 +15,16 @@ import pytest
 
 from llmgate.engines import get as engine_adapter
 from llmgate.device import gpu_room
-from llmgate.runner.boots import EntryBoots, MeasurementBoot, boot_config
+from llmgate.runner.boots import EntryBoots, MeasurementBoot, boot_config, side_config
 from llmgate.runner.settings import Settings
 from llmgate.runner.terminal import boot_progress, say
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.process import logs
 from llmgate.process.server import BootError, Server, ServerHandle
+
+
+OWN_LAUNCHER = "the entry's own launcher"     # a side of --llmgate-pinned that runs what the entry would
 
 
 class ServerPool:
@@ -134,7 +137,7 @@ class ServerPool:
         ``pair``: a duet's side of boot pair ``pair``."""
         n = len(self.boots.get(cfg.id, [])) + 1
         if side is not None:
-            run_cfg, side_name = dataclasses.replace(cfg, launcher=side[1]), side[0]
+            run_cfg, side_name = side_config(cfg, side[1]), side[0]
         else:
             run_cfg, side_name = boot_config(cfg, self.sides, self.boot_up.get(cfg.id, 1))
         side = side_name
@@ -147,7 +150,7 @@ class ServerPool:
         server = Server(run_cfg, self._matrix(), self.logs_ready(), boot_number=n, progress=self.progress,
                         port=cfg.port, say=self.say)
         self.say(f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session"
-                 + (f", side {side}: {run_cfg.launcher}" if side is not None else "") + ")")
+                 + (f", side {side}: {run_cfg.launcher or OWN_LAUNCHER}" if side is not None else "") + ")")
         try:
             handle = server.start()
         except BootError:

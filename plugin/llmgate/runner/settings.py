@@ -61,7 +61,7 @@ class Settings:
                 alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect,
                 allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
                 confirm=not config.getoption("llmgate_no_confirm"),
-                ab=parse_ab(config.getoption("llmgate_ab") or []),
+                ab=parse_ab(config.getoption("llmgate_ab") or [], config.getoption("llmgate_pinned")),
                 ab_mode=config.getoption("llmgate_ab_mode") or d.ab_mode,
                 determinism=config.getoption("llmgate_determinism"),
                 hypothesis_examples=config.getoption("llmgate_hypothesis_examples"), accept=accept)
@@ -75,7 +75,20 @@ class Settings:
 SIDE_NAME = re.compile(r"^[A-Za-z0-9_.+]+$")
 
 
-def parse_ab(items: list[str]) -> tuple[tuple[str, str], ...]:
+# --llmgate-pinned: side A is the pinned engine, side B each entry's own launcher (its `launcher` key, the
+# engine's $LLMGATE_*_PYTHON, else this interpreter): an empty launcher means "the entry's own"
+PINNED, CURRENT = "pinned", "current"
+
+
+def parse_ab(items: list[str], pinned: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The A/B sides: ``--llmgate-ab NAME=LAUNCHER`` twice, or ``--llmgate-pinned LAUNCHER`` (side "pinned"
+    against side "current", the entries' own launchers)."""
+    if pinned is not None:
+        if items:
+            raise pytest.UsageError("--llmgate-pinned and --llmgate-ab name the sides twice: give one of them")
+        if not pinned.strip():
+            raise pytest.UsageError("--llmgate-pinned: give the pinned engine's interpreter (or binary)")
+        return ((PINNED, pinned), (CURRENT, ""))
     sides = []
     for item in items:
         name, sep, launcher = item.partition("=")
