@@ -20,8 +20,9 @@
 #               (default 500); TTFT c=1 at 128 tokens only (gpu/duet-knobs.toml), minimum effects
 #               lowered to what the duet can see (3% TTFT, engine TTFT and prefill); both must be
 #               flagged and attributed
-# env: PAIRS (default 3), KNOBS_PAIRS (the knobs' boot pairs, default PAIRS), AA_K (-k of the A/A),
-# KNOBS_DEADLINE and AA_DEADLINE (seconds, default 480 and 1,080: one lease holds both), DRY=1
+# env: PAIRS (default 3), AA_PAIRS and KNOBS_PAIRS (each session's boot pairs, default PAIRS), AA_K (-k of
+# the A/A), ORDER (default "aa knobs"), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 480 and 1,080),
+# DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/duet
@@ -35,7 +36,8 @@ aa_k="gpu-vllm-8b and (decode_c1 or test_concurrency or ttft_c1 or poisson_load)
 case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-600}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" KNOBS_PAIRS="${KNOBS_PAIRS:-${PAIRS:-3}}" \
-         AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-480}" ;;
+         AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-480}" \
+         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" ORDER="${ORDER:-aa knobs}" ;;
 wait)  campaign_wait "${2:-540}" ;;
 run)
   mkdir -p "$work"
@@ -43,14 +45,20 @@ run)
   slow=$(KNOB=admit gpu/make-slow-launcher.sh "${ADMIT_US:-600}" "$base")
   slow=$(KNOB=frontend-block gpu/make-slow-launcher.sh "${FRONTEND_BLOCK_US:-500}" "$slow")
   echo "side B of the knobs: $slow"; grep '^export' "$slow"
-  files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
-         plugin/llmgate/scenarios/test_latency.py)
-  session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
-    --llmgate-accept inconclusive
-  files=(plugin/llmgate/scenarios/test_latency.py)
-  MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-480}" -- -k "gpu-vllm-8b and ttft_c1" \
-    --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" \
-    --llmgate-min-effect ttft_c1=0.03 --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03
+  for which in ${ORDER:-aa knobs}; do
+    if [ "$which" = aa ]; then
+      files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
+             plugin/llmgate/scenarios/test_latency.py)
+      session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
+        --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}"
+    else
+      files=(plugin/llmgate/scenarios/test_latency.py)
+      MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-480}" -- -k "gpu-vllm-8b and ttft_c1" \
+        --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive \
+        --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" --llmgate-min-effect ttft_c1=0.03 \
+        --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03
+    fi
+  done
   grep -h "llmgate admit delay\|llmgate frontend delay" "$work"/knobs/logs/*.log 2>/dev/null | sort | uniq -c | head -n 12
   touch "$work/done"
   ;;
