@@ -182,3 +182,28 @@ def test_pinned_names_side_a_and_the_entries_own_launcher_is_side_b(pytester):
     r = pytester.runpytest("--collect-only", "-q", "--llmgate-pinned", "/p", "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y")
     assert r.ret != 0
     r.stderr.fnmatch_lines(["*--llmgate-pinned and --llmgate-ab name the sides twice*"])
+
+
+def test_an_interrupted_duet_judges_the_pairs_both_sides_finished_and_still_reads_interrupted(pytester):
+    # pair 3 of 3 is cut by an interrupt (Ctrl-C, the deadline's SIGINT) before either side records: the
+    # two finished pairs are judged, each verdict saying so; nothing is saved as a baseline; the run
+    # reads interrupted (exit 2), never passed
+    src = PER_PAIR_TEST.replace("    values = json.loads", "    if int(llmgate_boot) == 3:\n"
+                                "        raise KeyboardInterrupt\n    values = json.loads")
+    levels = (100, 110, 92)
+    values = {"A": [b[0] for b in (boots(lv, (1.0,)) for lv in levels)],
+              "B": [b[0] for b in (boots(lv * 0.92, (1.0,)) for lv in levels)],
+              "ttft_A": [0.0200, 0.0220, 0.0184], "ttft_B": [0.0200 * 1.08, 0.0220 * 1.081, 0.0184 * 1.079]}
+    r = boot_runs.run(pytester, ENTRIES, src, values, "--llmgate-ab", "A=/x", "--llmgate-ab", "B=/y",
+                      "--llmgate-boots", "3", "--benchmark-save=cut", "--llmgate-min-effect", "decode_tok_s=0.05")
+    out = r.stdout.str()
+    assert r.ret == 2, out[-3000:]
+    report = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    assert report["interrupted"] and report["outcome"]["status"] != "passed", report["outcome"]
+    by_key = {v["key"]: v for v in report["verdicts"]}
+    for key in ("decode_tok_s", "ttft_c1@p128"):
+        v = by_key[key]
+        assert v["comparison"] == "duet, 2 boot pairs", v
+        assert "cut by an interrupt: judged on the 2 of 3 boot pairs both sides finished" in v["note"], v["note"]
+    assert by_key["decode_tok_s"]["status"] == "regressed", by_key["decode_tok_s"]
+    assert not list(pytester.path.glob("baselines/*/*_cut.json")), "a cut run saved a baseline"

@@ -248,6 +248,7 @@ class Recorder:
             s.duet_values.setdefault(slot, {}).setdefault(k, {}).setdefault(side.name, []).append(
                 (values, sampling, requests, raw))
             s.duet_grain.setdefault(slot, set()).add("rounds" if side.windows and side.rounds > 1 else side.grain)
+            s.duet_last[slot] = (metric, self, mb.of)
             if k < mb.of or side.more_rounds:
                 s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}"
                       + (f", round {side.round} of {side.rounds}" if side.windows and side.rounds > 1 else "")
@@ -262,8 +263,10 @@ class Recorder:
             return self._judge_duet(metric, key, cfg, test, merged, {**pending["info"], **info})
 
     def _judge_duet(self, metric: metrics.Metric, key: str, cfg: ServerConfig, test: str,
-                    parts: dict[str, Verdict], info: dict[str, Any]) -> Verdict:
-        """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_lock)."""
+                    parts: dict[str, Verdict], info: dict[str, Any], cut_of: int | None = None) -> Verdict:
+        """Judge one metric of a duet over the boot pairs that hold both sides' values (under duet_lock).
+        ``cut_of``: the run was interrupted before its last pair (of ``cut_of``): the pairs both sides
+        finished are judged, saying so, and nothing is stored as a baseline."""
         side = self._side
         assert side is not None
         s, slot = self._run, (cfg.id, test, key)
@@ -306,6 +309,8 @@ class Recorder:
                 grain, f"in rounds of windows ({len(done[ks[0]][a_name])} a side a pair, paired round by round)")
             notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
                      f"interleaved {how}: {side.turns.summary()}"]
+            if cut_of is not None:
+                notes.insert(0, f"cut by an interrupt: judged on the {len(ks)} of {cut_of} boot pairs both sides finished")
             extra = {**cand.provenance(), **info, "fingerprint": cand._fingerprint(),
                      "duet": {"baseline_side": a_name, "candidate_side": b_name, "pairs": len(ks),
                               "baseline_side_boot_values": [median(x[0]) for x in a]}}
@@ -314,7 +319,8 @@ class Recorder:
             b_boots = [x[0] for x in b]
             noise = Noise.of(b_boots, [x[1] for x in b], [float(x[2]) for x in b if x[2]]).pooled(
                 Noise.of([x[0] for x in a], [x[1] for x in a], [float(x[2]) for x in a if x[2]]))
-            cand._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
+            if cut_of is None:
+                cand._stored.append(baseline_store.store(self.item, metric, key, b_boots, extra, noise.as_dict()))
         labels = {}
         for name in (a_name, b_name):
             h = side.run.recorders[name]._handle()
@@ -518,6 +524,23 @@ class Recorder:
         if cfg is None:
             raise RuntimeError(f"{self.item.nodeid}: set_regime needs a matrix entry")
         self._run.regimes[cfg.id] = regime
+
+
+def judge_cut_duets(run: GateRun) -> None:
+    """(an interrupted run, at its end) Judge each duet figure that the interrupt left unjudged over the boot
+    pairs both sides finished: what the run measured is reported, each such verdict saying it was cut, and
+    the run still reads interrupted, never passed.  A figure no pair holds both sides of stays unjudged."""
+    judged = {(v.config_id, v.test, v.key) for v in run.verdicts}
+    with run.duet_lock:
+        for slot, (metric, rec, of) in list(run.duet_last.items()):
+            if slot in judged or rec._side is None or rec.entry is None:
+                continue
+            a_name, b_name = rec._side.run.sides
+            done = run.duet_values.get(slot, {})
+            if not any(a_name in done[k] and b_name in done[k] for k in done):
+                continue
+            run.duet_pending.pop(slot, None)
+            rec._judge_duet(metric, slot[2], rec.entry, slot[1], {}, {}, cut_of=of)
 
 
 def _round_values(rounds: list[tuple[Any, ...]]) -> list[float]:

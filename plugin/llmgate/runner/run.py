@@ -27,6 +27,7 @@ from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
 from llmgate.levers.figures import SharedFigures
 from llmgate.runner.pool import ServerPool
+from llmgate.runner.recorder import judge_cut_duets
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
@@ -72,6 +73,9 @@ class GateRun:
         self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, list[tuple[Any, ...]]]]] = {}   # its rounds, in order
         self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
         self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
+        # the last recorder to record each duet figure, its metric and the run's boot pairs: what judges the
+        # pairs both sides finished when an interrupt cuts the run before the last (recorder.judge_cut_duets)
+        self.duet_last: dict[tuple[str, str, str], tuple[Any, Any, int]] = {}
         self.duet_lock = threading.Lock()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         # the GPU sampled while a test measured (report.json's gpu_sampling): entry, test, metric key, boot
@@ -253,6 +257,8 @@ class GateRun:
         if not_saved and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         gs.not_saved = list(not_saved)
+        if gs.interrupted is not None:          # a duet cut short: what both sides finished is still judged
+            judge_cut_duets(gs)
         # the regime is known once an entry's decode window ran, maybe after its other verdicts
         gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
                           if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
