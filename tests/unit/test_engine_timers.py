@@ -200,3 +200,34 @@ def test_attribution_judges_a_part_near_zero_by_its_floor_not_as_a_percentage():
     parts["queue"] = _v(metrics.ENGINE_QUEUE, [0.0060, 0.0061, 0.0059], [0.0020, 0.0021, 0.0019])
     text = attribution(client, parts)
     assert text.endswith("most of it: queue") and "queue +4.0 ms (+200%) regressed" in text, text
+
+
+def vllm_text(n, ttft_sum, prefill_sum):
+    return VLLM_TEXT.format(n=n, ttft_sum=ttft_sum, queue_sum=n * 0.001, prefill_sum=prefill_sum, tpot_sum=n * 0.005)
+
+
+def test_ttft_c1_reads_the_engine_after_each_request_and_parses_after_its_loop():
+    # a deferred reading is the same reading, parsed only when first read
+    text = vllm_text(3, 0.06, 0.045)
+    lazy = signals.Scrape.deferred(text)
+    assert lazy.values._values is None                               # not parsed yet
+    assert lazy.total("vllm:time_to_first_token_seconds_count") == signals.Scrape.parse(text).total(
+        "vllm:time_to_first_token_seconds_count") == 6.0
+    assert lazy.values._text is None and lazy.has("vllm:request_prefill_time_seconds_sum")   # parsed once, text let go
+
+    # three requests at c=1 (client TTFTs 25, 30, 28 ms; the engine's 20, 24, 22 ms, prefill 15, 18, 16 ms);
+    # the reading after the second has not seen it yet (the same as the one before): its request is merged
+    # into the third's reading, whose delta spans both
+    from types import SimpleNamespace
+    from llmgate.scenarios.test_latency import _engine_parts
+    cum = [(1, 0.020, 0.015), (1, 0.020, 0.015), (3, 0.066, 0.049)]
+    readings = [([c], signals.Scrape.deferred(vllm_text(n, t, p)))
+                for c, (n, t, p) in zip((0.025, 0.030, 0.028), cum)]
+    gate = SimpleNamespace(measure=SimpleNamespace(delta=signals.Delta))
+    h = SimpleNamespace(engine=engines.get("vllm"))
+    parts = _engine_parts(gate, h, signals.Scrape.deferred(vllm_text(0, 0.0, 0.0)), readings)
+    # two label sets of TTFT (both engines add the same): the means are per request all the same
+    assert parts["ttft"] == pytest.approx([0.020, 0.023])
+    assert parts["prefill"] == pytest.approx([0.015, 0.017])
+    assert parts["frontend"] == pytest.approx([0.005, 0.029 - 0.023])    # the merged requests' mean client TTFT
+    assert readings == [None, None, None]                              # each reading let go once used

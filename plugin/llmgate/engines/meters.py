@@ -20,11 +20,13 @@ class Scrape:
 
     @classmethod
     def parse(cls, text: str) -> Scrape:
-        out: dict[str, dict[LabelKey, float]] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
-        return cls(out)
+        return cls(_parse(text))
+
+    @classmethod
+    def deferred(cls, text: str) -> Scrape:
+        """A reading kept as its text and parsed when first read: a scenario that reads /metrics after
+        every request (TTFT c=1) keeps the parsing, and the objects it makes, out of its loop."""
+        return cls(_Deferred(text))
 
     def has(self, name: str) -> bool:
         return name in self.values
@@ -45,15 +47,45 @@ class Scrape:
         return out
 
 
+def _parse(text: str) -> dict[str, dict[LabelKey, float]]:
+    out: dict[str, dict[LabelKey, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = float(s.value)
+    return out
+
+
+class _Deferred(Mapping[str, Mapping[LabelKey, float]]):
+    """A /metrics text parsed on first read (``Scrape.deferred``)."""
+
+    def __init__(self, text: str):
+        self._text: str | None = text
+        self._values: dict[str, dict[LabelKey, float]] | None = None
+
+    def _parsed(self) -> dict[str, dict[LabelKey, float]]:
+        if self._values is None:
+            self._values, self._text = _parse(self._text or ""), None
+        return self._values
+
+    def __getitem__(self, key: str) -> Mapping[LabelKey, float]:
+        return self._parsed()[key]
+
+    def __iter__(self):
+        return iter(self._parsed())
+
+    def __len__(self) -> int:
+        return len(self._parsed())
+
+
 def scrape(http: httpx.Client, base_url: str, path: str | None = "/metrics",
-           headers: dict[str, str] | None = None) -> Scrape:
+           headers: dict[str, str] | None = None, deferred: bool = False) -> Scrape:
     """Read /metrics; an engine without one (``path`` None) reads as empty, so every signal of
-    it is reported as unsupported (None), never as zero."""
+    it is reported as unsupported (None), never as zero.  ``deferred``: parsed when first read."""
     if path is None:
         return Scrape({})
     r = http.get(base_url + path, headers=headers)
     r.raise_for_status()
-    return Scrape.parse(r.text)
+    return Scrape.deferred(r.text) if deferred else Scrape.parse(r.text)
 
 
 @dataclasses.dataclass(frozen=True)

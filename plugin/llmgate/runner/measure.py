@@ -108,10 +108,11 @@ class Measure:
         """The figures of a whole steady-state window (not cut into repeats)."""
         return stats.window_metrics(result)
 
-    def scrape(self) -> meters.Scrape:
-        """The engine's own /metrics now (``delta(before, after)`` gives what changed)."""
+    def scrape(self, deferred: bool = False) -> meters.Scrape:
+        """The engine's own /metrics now (``delta(before, after)`` gives what changed); ``deferred``: kept
+        as text and parsed when first read (a loop that reads it after every request)."""
         h = self.server
-        return meters.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers())
+        return meters.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers(), deferred)
 
     @staticmethod
     def delta(before: meters.Scrape, after: meters.Scrape) -> meters.Delta:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from typing import Any
 
 import llmgate
 from llmgate import metrics, stats
@@ -55,10 +56,10 @@ def test_ttft_c1(gate):
         gate.run(gate.measure.fresh_requests(max(2, st.warmup), prompt, out_tokens, f"ttft-warm-{variant}"), 1, account=False)
         ttfts: list[float] = []
         # the engine's own timers request by request: its /metrics read after every request (a histogram's
-        # sum and count move by that request alone); a reading that has not seen it yet is merged with the next
-        parts: dict[str, list[float]] = {}
+        # sum and count move by that request alone), kept as text and parsed after the loop, so that the
+        # parsing (and the objects it makes) takes nothing from the requests' turns
         before = gate.measure.scrape() if engine_metrics else None
-        unseen: list[float] = []                # client TTFTs of requests the engine's timers have not shown yet
+        readings: list[tuple[list[float], Any]] = []     # each request's client TTFTs and the reading after it
         t0 = time.perf_counter()
         i = 0
         while True:
@@ -66,17 +67,8 @@ def test_ttft_c1(gate):
                            label=f"TTFT c=1 {variant}")
             batch_ttfts = [s.ttft for s in res.ok if s.ttft is not None]
             ttfts += batch_ttfts
-            unseen += batch_ttfts
             if before is not None:
-                after = gate.measure.scrape()
-                timers = h.engine.engine_timers(gate.measure.delta(before, after))
-                if "ttft" in timers or "prefill" in timers:
-                    for part in ("ttft", "queue", "prefill"):
-                        if part in timers:
-                            parts.setdefault(part, []).append(timers[part])
-                    if "ttft" in timers and unseen:
-                        parts.setdefault("frontend", []).append(statistics.fmean(unseen) - timers["ttft"])
-                    before, unseen = after, []
+                readings.append((batch_ttfts, gate.measure.scrape(deferred=True)))
             i += 1
             n, age = len(ttfts), time.perf_counter() - t0
             if n >= size["latency_max_requests"] or age >= size["latency_max_s"]:
@@ -84,6 +76,7 @@ def test_ttft_c1(gate):
             if n >= size["latency_min_requests"] and i % 10 == 0 and \
                     max(_rse(ttfts, "mean"), _rse(ttfts, "median")) <= sc.latency_rel_error:
                 break
+        parts = _engine_parts(gate, h, before, readings)
         rse_mean, rse_median = _rse(ttfts, "mean"), _rse(ttfts, "median")
         info = {"request_count": len(ttfts), "prompt_tokens": prompt, "output_tokens": out_tokens,
                 "seconds": round(time.perf_counter() - t0, 2), "ttft_mean_s": statistics.fmean(ttfts),
@@ -107,6 +100,25 @@ def test_ttft_c1(gate):
                 verdicts[part] = v
         gate.record(metrics.TTFT_C1, [statistics.median(ttfts)], variant,
                     sampling=stats.sampling_log_var(ttfts, "median"), requests=len(ttfts), parts=verdicts, **info)
+
+
+def _engine_parts(gate, h, before, readings: list) -> dict[str, list[float]]:
+    """The engine's timers request by request, from the readings taken after each request: a reading
+    that has not seen its request yet is merged with the next (the delta then spans both)."""
+    parts: dict[str, list[float]] = {}
+    unseen: list[float] = []                # client TTFTs of requests the engine's timers have not shown yet
+    for j, (batch_ttfts, after) in enumerate(readings):
+        readings[j] = None                  # each parsed reading is let go once the next has used it
+        unseen += batch_ttfts
+        timers = h.engine.engine_timers(gate.measure.delta(before, after))
+        if "ttft" in timers or "prefill" in timers:
+            for part in ("ttft", "queue", "prefill"):
+                if part in timers:
+                    parts.setdefault(part, []).append(timers[part])
+            if "ttft" in timers and unseen:
+                parts.setdefault("frontend", []).append(statistics.fmean(unseen) - timers["ttft"])
+            before, unseen = after, []
+    return parts
 
 
 def _capacity(gate, prompt, output):
