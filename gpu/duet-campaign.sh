@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 work=/root/duet
 MATRIX=
 files=()
-common=(-p no:cacheprovider --llmgate-boots "${PAIRS:-3}" --durations=0)
+common=(-p no:cacheprovider --durations=0)       # each session gives its own --llmgate-boots
 . gpu/campaign-lib.sh
 base=/tmp/llmgate-launchers/vllm-python
 aa_k="gpu-vllm-8b and (decode_c1 or test_concurrency or ttft_c1 or poisson_load) and not sweep and not arrival_rate"
@@ -46,18 +46,20 @@ run)
   slow=$(KNOB=frontend-block gpu/make-slow-launcher.sh "${FRONTEND_BLOCK_US:-500}" "$slow")
   echo "side B of the knobs: $slow"; grep '^export' "$slow"
   for which in ${ORDER:-aa knobs}; do
-    if [ "$which" = aa ]; then
+    case "$which" in
+    aa)
       files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
              plugin/llmgate/scenarios/test_latency.py)
       session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
-        --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}"
-    else
+        --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}" ;;
+    knobs)
       files=(plugin/llmgate/scenarios/test_latency.py)
       MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-480}" -- -k "gpu-vllm-8b and ttft_c1" \
         --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive \
         --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" --llmgate-min-effect ttft_c1=0.03 \
-        --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03
-    fi
+        --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03 ;;
+    *) echo "ORDER: unknown session '$which' (aa, knobs)"; exit 2 ;;
+    esac
   done
   grep -h "llmgate admit delay\|llmgate frontend delay" "$work"/knobs/logs/*.log 2>/dev/null | sort | uniq -c | head -n 12
   touch "$work/done"

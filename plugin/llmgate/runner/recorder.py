@@ -248,7 +248,7 @@ class Recorder:
             s.duet_values.setdefault(slot, {}).setdefault(k, {}).setdefault(side.name, []).append(
                 (values, sampling, requests, raw))
             s.duet_grain.setdefault(slot, set()).add("rounds" if side.windows and side.rounds > 1 else side.grain)
-            s.duet_last[slot] = (metric, self, mb.of)
+            s.duet_last[slot] = (metric, self)
             if k < mb.of or side.more_rounds:
                 s.say(f"llmgate: {cfg.id} {key}: boot pair {k} of {mb.of}, side {side.name}"
                       + (f", round {side.round} of {side.rounds}" if side.windows and side.rounds > 1 else "")
@@ -532,15 +532,15 @@ def judge_cut_duets(run: GateRun) -> None:
     the run still reads interrupted, never passed.  A figure no pair holds both sides of stays unjudged."""
     judged = {(v.config_id, v.test, v.key) for v in run.verdicts}
     with run.duet_lock:
-        for slot, (metric, rec, of) in list(run.duet_last.items()):
-            if slot in judged or rec._side is None or rec.entry is None:
+        for slot, (metric, rec) in list(run.duet_last.items()):
+            if slot in judged or rec._side is None or rec.entry is None or rec.boot is None:
                 continue
             a_name, b_name = rec._side.run.sides
             done = run.duet_values.get(slot, {})
             if not any(a_name in done[k] and b_name in done[k] for k in done):
                 continue
             run.duet_pending.pop(slot, None)
-            rec._judge_duet(metric, slot[2], rec.entry, slot[1], {}, {}, cut_of=of)
+            rec._judge_duet(metric, slot[2], rec.entry, slot[1], {}, {}, cut_of=rec.boot.of)
 
 
 def _round_values(rounds: list[tuple[Any, ...]]) -> list[float]:

@@ -73,9 +73,9 @@ class GateRun:
         self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, list[tuple[Any, ...]]]]] = {}   # its rounds, in order
         self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
         self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
-        # the last recorder to record each duet figure, its metric and the run's boot pairs: what judges the
-        # pairs both sides finished when an interrupt cuts the run before the last (recorder.judge_cut_duets)
-        self.duet_last: dict[tuple[str, str, str], tuple[Any, Any, int]] = {}
+        # each duet figure's metric and the last recorder to record it: what judges the pairs both sides
+        # finished when an interrupt cuts the run before the last (recorder.judge_cut_duets)
+        self.duet_last: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self.duet_lock = threading.Lock()
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         # the GPU sampled while a test measured (report.json's gpu_sampling): entry, test, metric key, boot
