@@ -207,3 +207,6 @@ def test_an_interrupted_duet_judges_the_pairs_both_sides_finished_and_still_read
         assert "cut by an interrupt: judged on the 2 of 3 boot pairs both sides finished" in v["note"], v["note"]
     assert by_key["decode_tok_s"]["status"] == "regressed", by_key["decode_tok_s"]
     assert not list(pytester.path.glob("baselines/*/*_cut.json")), "a cut run saved a baseline"
+    summary = (pytester.path / ".llmgate" / "summary.md").read_text()
+    assert summary.startswith("## llmgate: ⚠️ interrupted"), summary[:300]
+    assert "exit status 1" not in summary, summary[:600]          # the interrupt's status 2 is the run's

@@ -150,7 +150,8 @@ def outcome(rep: dict[str, Any]) -> Outcome:
     def made(status: str, headline: str, words: str, severity: str) -> Outcome:
         fate = None
         if fails:
-            fate = "the run fails (exit status 1): " + "; ".join(fails)
+            # an interrupt's exit status (2) stands: the failures are said beside it, not as another status
+            fate = f"the run fails (exit status {2 if rep.get('interrupted') else 1}): " + "; ".join(fails)
         elif is_compared and (not_gated(verdicts) or inconclusive(verdicts)):
             fate = (f"accepted (--llmgate-accept {','.join(accept)}): these do not fail the run, and it does "
                     f"not read as passed")
