@@ -287,9 +287,14 @@ def test_save_compare_and_a_slowed_configuration_fails(project):
     compared = {v["key"]: v for v in second["verdicts"] if v["baseline"] is not None}
     assert {"decode_tok_s", "answer_tok_s"} <= set(compared), sorted(compared)
     assert not [v for v in second["verdicts"] if v["status"] in ("regressed", "improved")]
-    assert compared["decode_tok_s"]["status"] == "inconclusive", compared["decode_tok_s"]
+    #    (a row whose change is so large that it rules the worsening out, as a one-boot decode of
+    #    +41% with a 65% MDE once did, reads unchanged: both are right for an A/A)
+    assert compared["decode_tok_s"]["status"] in ("inconclusive", "unchanged"), compared["decode_tok_s"]
     summary = (proj / ".llmgate" / "summary.md").read_text()
-    assert summary.startswith("## llmgate: ⚠️ inconclusive: ") and "✅" not in summary, summary[:500]
+    if any(v["status"] == "inconclusive" for v in second["verdicts"]):
+        assert summary.startswith("## llmgate: ⚠️ inconclusive: ") and "✅" not in summary, summary[:500]
+    else:
+        assert summary.startswith("## llmgate: ✅"), summary[:500]
     # both engine builds are named (the same here)
     v = compared["decode_tok_s"]
     assert v["engine"].startswith("vllm ") and v["baseline_engine"] == v["engine"], v
