@@ -127,7 +127,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: the test needs an NVIDIA GPU (skipped without one)")
     config.addinivalue_line("markers", "lever(name): the test measures a lever scenario; it runs only on matrix "
                                        "entries whose `levers` list the name (others skip, with the reason, before any boot)")
-    config.addinivalue_line("markers", "ab: A/B mode test; runs only with --llmgate-ab A=... --llmgate-ab B=...")
     config.addinivalue_line("markers", "boots: the test measures each of its entry's K boots (--llmgate-boots): "
                                        "test[entry-bootK] on the K-th; its metrics are judged after the last boot")
     config.addinivalue_line("markers", "llmgate(min_effect=None): per-test llmgate settings, "
@@ -259,9 +258,6 @@ def pytest_itemcollected(item: pytest.Item) -> None:
                 why = engines.get(cfg.engine).cannot(lever.args[0], cfg)
                 if why:
                     item.add_marker(pytest.mark.skip(reason=f"{cfg.id}: {why}"))
-    if item.get_closest_marker("ab") is not None and not item.config.stash[RUN_KEY].settings.ab:
-        item.add_marker(pytest.mark.skip(reason="A/B mode: give two engine environments with "
-                                                "--llmgate-ab A=LAUNCHER --llmgate-ab B=LAUNCHER"))
     if item.get_closest_marker("gpu") is not None:
         no_gpu = hardware.why_no_gpu()
         if no_gpu:      # first, so it is the reason given: without a GPU nothing else decides

@@ -130,7 +130,7 @@ from llmgate.core import metrics
 def test_windows(llmgate_config, llmgate_boot, gate):
     values = json.loads(os.environ["VALUES"])
     side, k = gate.side, int(llmgate_boot)
-    gate._side.window_share()              # what gate.steady does before a window: the test runs in rounds
+    gate._side.round_window({"min_s": 1.0, "max_s": 2.0, "min_requests": 3}, True)   # as gate.steady does: rounds
     r = gate._side.round
     with open(f"ran-{side}-{k}-{r}", "w"):
         pass

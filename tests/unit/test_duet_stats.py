@@ -217,3 +217,31 @@ def test_a_three_percent_throughput_loss_in_every_round_is_flagged():
 def test_rounds_need_as_many_on_both_sides():
     with pytest.raises(ValueError):
         rounds_duet([[1.0, 1.0]], [[1.0]])
+
+
+def test_a_round_of_windows_is_a_share_of_the_window_on_a_gpu_and_a_whole_one_on_the_cpu():
+    from llmgate.config.matrix import Scenarios
+    from llmgate.runner.duet import DuetRun, DuetSide
+
+    sc = Scenarios()
+    assert sc.duet_split("gpu") and not sc.duet_split("cpu")
+    assert Scenarios(duet_split_window=True).duet_split("cpu") and not Scenarios(duet_split_window=False).duet_split("gpu")
+    side = DuetSide("A", None, Turns(("A", "B"), "seed"), DuetRun(("A", "B")), rounds=3)
+    gpu = sc.steady("gpu", 8)
+    first = side.round_window(gpu, sc.duet_split("gpu"))
+    assert first["min_s"] == gpu["min_s"] / 3 and first["max_s"] == gpu["max_s"] / 3
+    assert first["min_requests"] == -(-gpu["min_requests"] // 3) and "settled" not in first and side.windows
+    cpu = sc.steady("cpu", 8)
+    assert side.round_window(cpu, sc.duet_split("cpu")) == cpu         # the CPU's: a whole window a round
+    side.round = 2                                                      # warm after the side's first round
+    assert side.round_window(cpu, False) == dict(cpu, settled=True)
+    one = DuetSide("A", None, Turns(("A", "B"), "seed"), DuetRun(("A", "B")), rounds=1)
+    assert one.round_window(gpu, True) == gpu
+
+
+def test_duet_split_window_in_a_matrix_is_true_or_false():
+    from llmgate.config.matrix import MatrixError, _scenarios
+
+    assert _scenarios({"duet_split_window": False}, "m").duet_split("gpu") is False
+    with pytest.raises(MatrixError, match="'duet_split_window' must be true or false"):
+        _scenarios({"duet_split_window": 1}, "m")

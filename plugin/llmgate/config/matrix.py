@@ -78,10 +78,13 @@ class Scenarios:
     # keep them mixing, and the window averages over that.  0: every request the same length.
     output_spread: float = 0.5
     # a duet (--llmgate-ab, both sides resident): a scenario measured over steady windows runs this many
-    # rounds a side on each boot pair, each round's windows 1/duet_rounds as long and in turns with the
-    # other side's (A B, B A … drawn per pair of turns), so that what moves the machine between windows
-    # falls on both sides alike and the rounds' paired ratios measure what it leaves (1: one window a side)
+    # rounds a side on each boot pair, in turns with the other side's (A B, B A … drawn per pair of
+    # turns), so that what moves the machine between windows falls on both sides alike and the rounds'
+    # paired ratios measure what it leaves (1: one window a side) …
     duet_rounds: int = 3
+    # … each round's window 1/duet_rounds of the window (true: a side spends one window's time a pair) or a
+    # whole one (false).  None: the device's (DUET_SPLIT_WINDOW)
+    duet_split_window: bool | None = None
     # the latency lever (scenarios/test_latency.py).  TTFT at c=1: at each prompt length, requests of
     # latency_output_tokens, one at a time, until the sampling error (relative standard error) of the
     # boot's TTFT mean and median is at most latency_rel_error, between latency_min_requests and
@@ -118,6 +121,10 @@ class Scenarios:
         out = {"ttft_ms": d["goodput_ttft_ms"], "tpot_ms": d["goodput_tpot_ms"]}
         out.update({k: float(v) for k, v in (cfg.goodput or {}).items()})
         return out
+
+    def duet_split(self, device: str) -> bool:
+        """A duet's rounds of a window on ``device``: each 1/duet_rounds of it (True) or a whole one."""
+        return self.duet_split_window if self.duet_split_window is not None else DUET_SPLIT_WINDOW[device]
 
     def steady(self, device: str, concurrency: int) -> dict[str, float]:
         """The steady-state settings (``llmgate.load.steady.Steady`` fields) of a load at ``concurrency``."""
@@ -169,6 +176,13 @@ STEADY_DEFAULTS: dict[str, dict[str, float]] = {
     "cpu": {"window_s": 3.0, "window_requests": 8, "decode_window_requests": 3, "window_max_s": 12.0,
             "warmup_segment_s": 1.0, "warmup_max_s": 8.0, "arrival_rate": 1.0, "metrics_poll_s": 0.5},
 }
+# A duet's rounds: on a GPU a window of 10 s or 256 requests a side holds enough that a third of it
+# per round gave decode rounds within ±0.3% and c=8 within ±1.5% (H100, 2026-12-05), so the rounds
+# split the window and a pair costs what one window a side did.  The CPU's windows (3 s, 8
+# requests) were cut to what a one-boot comparison needs, whose boot noise dwarfs them; a duet
+# cancels that noise, and a third of such a window (1 s, 3 requests at c=8) left the rounds' own
+# spread to decide (c=8 MDE 20% at K = 2): each round is a whole window there.
+DUET_SPLIT_WINDOW: dict[str, bool] = {"gpu": True, "cpu": False}
 # The latency lever's sizes.  GPU: a TTFT at c=1 of an 8B shape is ~15-80 ms, so 600 requests take
 # under a minute at the longer prompt; CPU (CI): a 2,048-token prefill of the tiny model takes ~1 s on
 # 2 cores, so its sampling error is stated, not reached.  Goodput targets: vLLM's benchmark examples
@@ -463,6 +477,11 @@ def _scenarios(raw: dict[str, Any], where: str) -> Scenarios:
                 raise MatrixError(f"{where}: scenarios: key {k!r} must be a positive "
                                   f"{'integer' if kind is int else 'number'}")
             values[k] = kind(v)
+            continue
+        if k == "duet_split_window":
+            if not isinstance(v, bool):
+                raise MatrixError(f"{where}: scenarios: key 'duet_split_window' must be true or false")
+            values[k] = v
             continue
         if isinstance(default, tuple):
             if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):

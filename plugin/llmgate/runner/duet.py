@@ -196,10 +196,18 @@ class DuetSide:
         self.grain = grain
         return self.turns.turn(self.name)
 
-    def window_share(self) -> int:
-        """(a steady window about to run) How many rounds share the window's length: the test runs in rounds."""
+    def round_window(self, sizes: dict[str, Any], split: bool) -> dict[str, Any]:
+        """(a steady window about to run: the test runs in rounds) This round's window: ``sizes`` (a
+        ``load.steady.Steady``'s fields) each 1/rounds as long where the rounds ``split`` the window, else
+        a whole one; after the side's first round its server is warm (one warm-up segment fills the load)."""
         self.windows = True
-        return self.rounds
+        sizes = dict(sizes)
+        if split and self.rounds > 1:
+            sizes.update(min_s=sizes["min_s"] / self.rounds, max_s=sizes["max_s"] / self.rounds,
+                         min_requests=max(1, -(-int(sizes["min_requests"]) // self.rounds)))
+        if self.round > 1:
+            sizes.update(settled=True)
+        return sizes
 
     @property
     def more_rounds(self) -> bool:

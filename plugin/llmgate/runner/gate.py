@@ -118,14 +118,9 @@ class Gate:
         if window_max_s is not None:
             sizes.update(max_s=max(window_max_s, sizes["min_s"]))
         if self._side is not None:
-            # a duet: the test runs in rounds, each round's window a share of the whole, in turns with the
-            # other side's; after this side's first round its server is warm: one warm-up segment fills the load
-            share = self._side.window_share()
-            if share > 1:
-                sizes.update(min_s=sizes["min_s"] / share, max_s=sizes["max_s"] / share,
-                             min_requests=max(1, -(-int(sizes["min_requests"]) // share)))
-            if self._side.round > 1:
-                sizes.update(settled=True)
+            # a duet: the test runs in rounds, in turns with the other side's, each round's window a share of
+            # the whole or a whole one (``[scenarios] duet_split_window``)
+            sizes = self._side.round_window(sizes, self.matrix.scenarios.duet_split(cfg.device))
         window = steady_state.Steady(**sizes)
         if output_spread is None:
             output_spread = self.matrix.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
