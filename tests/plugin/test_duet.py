@@ -153,8 +153,8 @@ def test_a_test_of_windows_runs_in_rounds_paired_round_by_round(pytester):
     v = verdicts(pytester)["aggregate_tok_s@c8"]
     assert v["comparison"] == "duet, 3 boot pairs, 3 rounds a pair", v["comparison"]
     # the drift (±7%) cancels round by round: what is left is the rounds' ratios (±0.3%) and the CPU's prior
-    # for a boot pair's part (5%)
-    assert v["status"] != "regressed" and v["mde"] < 0.08, v
+    # for a boot pair's part (8%: each boot's own speed, measured in A/As)
+    assert v["status"] != "regressed" and v["mde"] < 0.10, v
     assert "in rounds of windows (3 a side a pair" in v["note"], v["note"]
     assert "within-pair rounds" in v["method"] and "in rounds of windows" in v["method"], v["method"]
     slower = dict(same, B=[[x * 0.90 for x in row] for row in same["B"]])
