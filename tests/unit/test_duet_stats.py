@@ -245,3 +245,10 @@ def test_duet_split_window_in_a_matrix_is_true_or_false():
     assert _scenarios({"duet_split_window": False}, "m").duet_split("gpu") is False
     with pytest.raises(MatrixError, match="'duet_split_window' must be true or false"):
         _scenarios({"duet_split_window": 1}, "m")
+
+
+def test_an_mde_beyond_a_thousand_percent_is_shown_as_such():
+    from llmgate.analysis.verdict import mde_pct
+
+    assert mde_pct(0.042) == "4.2%" and mde_pct(10.0) == "1000.0%" and mde_pct(0.5, 0) == "50%"
+    assert mde_pct(1.3e140) == "> 1,000%" and mde_pct(11.0, 0) == "> 1,000%"

@@ -239,7 +239,7 @@ class Verdict:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
         if self.mde is None:
             return "MDE unknown" + (f": {self.mde_basis}" if self.mde_basis else "")
-        out = f"MDE {self.mde:.1%}"
+        out = f"MDE {mde_pct(self.mde)}"
         if self.mde_basis and self.mde_kind not in (MdeBasis.BOOTS, MdeBasis.PAIRS, MdeBasis.THIS_RUN):
             out += f", {self.mde_basis}"
         if self.machine_offset:
@@ -251,6 +251,15 @@ class Verdict:
                                       else ": more boots would not reach it" if self.mde_kind == MdeBasis.BOOTS
                                       else "")
         return out
+
+
+MDE_SHOWN_MAX = 10.0     # an MDE above 1,000% is shown as such: past that, its digits say nothing
+
+
+def mde_pct(mde: float, digits: int = 1) -> str:
+    """An MDE as a percentage for a reader: "4.2%", or "> 1,000%" (a tiny alpha or a one-boot prior
+    can put it at 10^140 %)."""
+    return f"{mde:.{digits}%}" if mde <= MDE_SHOWN_MAX else f"> {MDE_SHOWN_MAX:,.0%}"
 
 
 def smallest_p(n1: int, n2: int) -> float:

@@ -25,7 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from llmgate.analysis.verdict import INCONCLUSIVE, IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
+from llmgate.analysis.verdict import (INCONCLUSIVE, IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict,
+                                      mde_pct)
 from llmgate.report import outcome as outcomes
 from llmgate.report import reports
 
@@ -243,7 +244,7 @@ def boot_chart(v: dict[str, Any], idx: int) -> str:
                    f'<text x="{x(eff) + 3:.1f}" y="19" class="tick">min effect {v["min_effect"]:.0%}</text>')
     if show_mde and mde is not None:
         out.append(f'<line x1="{x(mde):.1f}" x2="{x(mde):.1f}" y1="28" y2="{h - 14}" class="mde"/>'
-                   f'<text x="{x(mde) + 3:.1f}" y="{h - 18}" class="tick">MDE {v["mde"]:.0%}</text>')
+                   f'<text x="{x(mde) + 3:.1f}" y="{h - 18}" class="tick">MDE {mde_pct(v["mde"], 0)}</text>')
     if v.get("comparison", "").startswith("duet") and len(base_boots) == len(now_boots):
         for a, b in zip(base_boots, now_boots):
             out.append(f'<line x1="{x(a):.1f}" y1="{rows["baseline"]}" x2="{x(b):.1f}" y2="{rows["now"]}" class="pair"/>')

@@ -18,7 +18,8 @@ from llmgate.config.ids import LEVER_OFF, entry_scope
 from llmgate.config.matrix import Matrix
 from llmgate.core.metrics import FAILED_SHARE
 from llmgate.engines.base import engine_label
-from llmgate.analysis.verdict import INCONCLUSIVE, IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict
+from llmgate.analysis.verdict import (INCONCLUSIVE, IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict,
+                                      mde_pct)
 from llmgate.report import outcome as outcomes
 
 STATUSES = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE, NO_BASELINE, REFUSED)
@@ -76,7 +77,7 @@ def mde_cell(v: dict[str, Any]) -> str:
         return "—"
     lower = bool(v.get("mde_lower_bound"))
     prefix = "≥" if lower else "~" if v.get("noise_assumed") else ""
-    return prefix + f"{mde:.1%}" + (" !" if mde > v["min_effect"] else "")
+    return prefix + mde_pct(mde) + (" !" if mde > v["min_effect"] else "")
 
 
 def verdict_table(verdicts: Iterable[Verdict]) -> str:
@@ -168,7 +169,7 @@ def noise_rows(verdicts: Iterable[Verdict], target: float = 0.05, alpha: float =
         rows.append([v.config_id, v.key, f"{n.sampling_cv:.2%}", f"{n.boot_cv:.2%}" if n.boot_cv is not None else "—",
                      f"{n.requests:.0f}" if n.requests else "—", f"{v.boots[0]}+{v.boots[1]}" if v.boots[0] else str(v.boots[1]),
                      (v.comparison or "not compared") + (f" (+ {v.machine_offset.split(' (')[0]})" if v.machine_offset else ""),
-                     f"{v.mde:.1%}" if v.mde is not None else "—",
+                     mde_pct(v.mde) if v.mde is not None else "—",
                      (str(k) if k else f">{50}") if n.between is not None else "—"])
     return rows
 

@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 from llmgate.analysis import noise_prior
 from llmgate.analysis.stats import Noise, median
-from llmgate.analysis.verdict import DEFAULT_ALPHA, MAX_BOOTS_ADVISED, boots_needed, judge_boots
+from llmgate.analysis.verdict import DEFAULT_ALPHA, MAX_BOOTS_ADVISED, boots_needed, judge_boots, mde_pct
 from llmgate.core import metrics
 from llmgate.store.baseline import baseline_boots, baseline_noise
 from llmgate.store.benchmark_files import is_llmgate
@@ -96,7 +96,7 @@ def rows(path: Path, entry: str | None = None, metric: str | None = None, target
         out.append([cid, key, str(k), _fmt(median(vals), m.unit),
                     f"{noise.between_cv:.2%}" if known else "1 boot: unknown",
                     f"{noise.boot_cv:.2%}" if known and noise.boot_cv is not None else "—",
-                    f"{v.mde:.1%}" if known and v.mde is not None else "—",
+                    mde_pct(v.mde) if known and v.mde is not None else "—",
                     f"{later:.1%}" if later is not None else "—",
                     f"{m.min_effect:.0%}" if m.min_effect else "any",
                     k_text(v.mde, m.min_effect, v.boots_needed) if m.min_effect else "—",
