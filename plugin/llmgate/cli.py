@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tinymodel": ("llmgate.models.tinymodel", "make the embedded default model locally (no download) and print its folder"),
     "install": ("llmgate.tools.install", "build llama.cpp's llama-server and llama-quantize (cached)"),
     "strays": ("llmgate.process.strays", "stop engine servers that an earlier run left behind"),
-    "history": ("llmgate.store.history", "each metric over gate runs, and the run where it stepped beyond its noise"),
+    "history": ("llmgate.report.trends", "each metric over gate runs, and the run where it stepped beyond its noise"),
     "reference": ("llmgate.report.reference", "published reference figures beside a run's own"),
     "merge": ("llmgate.report.merge", "one report from the reports of a sharded gate (--llmgate-shard K/N)"),
     "sensitivity": ("llmgate.report.sensitivity", "what a stored baseline can see: noise, MDE and the boots a side for a target"),

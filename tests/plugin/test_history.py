@@ -9,6 +9,7 @@ import pytest
 
 from llmgate.analysis import changepoint
 from llmgate import cli
+from llmgate.report import trends
 from llmgate.store import history
 
 pytest_plugins = ["pytester"]
@@ -82,7 +83,7 @@ def test_planted_step_is_named_at_its_run_with_size_and_confidence(tmp_path, cap
     runs = [noisy_run(rng, 100) for _ in range(5)] + [noisy_run(rng, 70) for _ in range(3)]
     versions = ["0.28.0", "0.29.0", "0.29.0", "0.30.0", "0.30.0", "0.31.0", "0.31.0", "0.32.0"]
     paths = write_runs(tmp_path, runs, versions=versions)
-    [f] = history.analyse(history.load(tmp_path))
+    [f] = trends.analyse(history.load(tmp_path))
     [cp] = f.changes
     assert cp.index == 5 and f.points[5].run_id == paths[5].stem
     assert -0.4 < cp.step < -0.2 and cp.ci[0] < cp.step < cp.ci[1] < 0 and cp.p_value < 0.05
@@ -136,7 +137,7 @@ def test_two_steps_are_both_named_and_a_lower_is_better_metric_knows_worse(tmp_p
     runs = ([noisy_run(rng, 0.05) for _ in range(4)] + [noisy_run(rng, 0.08) for _ in range(4)]
             + [noisy_run(rng, 0.05) for _ in range(4)])
     write_runs(tmp_path, runs, key="ttft_c1", better="lower")
-    [f] = history.analyse(history.load(tmp_path))
+    [f] = trends.analyse(history.load(tmp_path))
     assert [c.index for c in f.changes] == [4, 8]
     assert [f.worse(c) for c in f.changes] == [True, False]
 

@@ -339,7 +339,8 @@ def load_history(history_dir: Path | None) -> tuple[dict[tuple[str, str, str], l
         records = history.load(folder)
     except history.HistoryError as err:
         return {}, f"run history not read: {err}"
-    return history.series_over_runs(records), f"{len(records)} run record(s) in {folder}"
+    from llmgate.report import trends
+    return trends.series_over_runs(records), f"{len(records)} run record(s) in {folder}"
 
 
 # -- the page ---------------------------------------------------------------------------------
