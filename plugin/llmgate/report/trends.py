@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgate.analysis import changepoint
+from llmgate.engines.base import engine_label
 from llmgate.store.history import DEFAULT_DIR, HistoryError, load
 
 
@@ -46,20 +47,12 @@ class Point:
         return changepoint.RunPoint(tuple(self.boot_values), None if wv is None else wv ** 2, reps)
 
 
-def engine_label(prov: dict[str, Any]) -> str:
-    e = prov.get("engine") or {}
-    s = f"{e.get('engine') or '?'} {e.get('version') or '?'}"
-    if e.get("commit"):
-        s += f" ({str(e['commit'])[:10]})"
-    return s
-
-
 def series_over_runs(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], list[Point]]:
     out: dict[tuple[str, str, str], list[Point]] = {}
     for rec in records:
         for s in rec["series"]:
             out.setdefault((s["entry"], s["test"], s["key"]), []).append(
-                Point(rec["run"]["id"], rec["run"]["started"], engine_label(s["provenance"]), s))
+                Point(rec["run"]["id"], rec["run"]["started"], engine_label(s["provenance"].get("engine")), s))
     return out
 
 
