@@ -21,7 +21,7 @@
 #               lowered to what the duet can see (3% TTFT, engine TTFT and prefill); both must be
 #               flagged and attributed
 # env: PAIRS (default 3), AA_PAIRS and KNOBS_PAIRS (each session's boot pairs, default PAIRS), AA_K (-k of
-# the A/A), ORDER (default "aa knobs"), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 480 and 1,080),
+# the A/A), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 480 and 1,080),
 # DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +37,7 @@ case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-600}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" KNOBS_PAIRS="${KNOBS_PAIRS:-${PAIRS:-3}}" \
          AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-480}" \
-         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" ORDER="${ORDER:-aa knobs}" ;;
+         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" ORDER="${ORDER:-aa knobs}" ;;
 wait)  campaign_wait "${2:-540}" ;;
 run)
   mkdir -p "$work"
@@ -50,7 +50,7 @@ run)
     aa)
       files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
              plugin/llmgate/scenarios/test_latency.py)
-      session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
+      MATRIX=${AA_MATRIX:+$PWD/$AA_MATRIX} session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
         --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}" ;;
     knobs)
       files=(plugin/llmgate/scenarios/test_latency.py)
