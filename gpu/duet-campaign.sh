@@ -21,7 +21,7 @@
 #               lowered to what the duet can see (3% TTFT, engine TTFT and prefill); both must be
 #               flagged and attributed
 # env: PAIRS (default 3), AA_PAIRS and KNOBS_PAIRS (each session's boot pairs, default PAIRS), AA_K (-k of
-# the A/A), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 480 and 1,080),
+# the A/A), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 700 and 1,080),
 # DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ aa_k="gpu-vllm-8b and (decode_c1 or test_concurrency or ttft_c1 or poisson_load)
 case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-600}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" KNOBS_PAIRS="${KNOBS_PAIRS:-${PAIRS:-3}}" \
-         AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-480}" \
+         AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-700}" \
          AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" ORDER="${ORDER:-aa knobs}" ;;
 wait)  campaign_wait "${2:-540}" ;;
 run)
@@ -54,7 +54,7 @@ run)
         --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}" ;;
     knobs)
       files=(plugin/llmgate/scenarios/test_latency.py)
-      MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-480}" -- -k "gpu-vllm-8b and ttft_c1" \
+      MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-700}" -- -k "gpu-vllm-8b and ttft_c1" \
         --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive \
         --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" --llmgate-min-effect ttft_c1=0.03 \
         --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03 ;;
