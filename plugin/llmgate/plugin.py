@@ -20,7 +20,7 @@ from llmgate.store import baseline as baseline_store, benchmark_files, history
 from llmgate import engines, hookspec
 from llmgate.device import hardware
 from llmgate.report import reports
-from llmgate.process import server as server_mod
+from llmgate.process import registry
 from llmgate.process import strays
 from llmgate.runner import distribution
 from llmgate.runner import shard as shard_mod
@@ -158,7 +158,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _end_servers_of_a_stuck_session(signal_name: str) -> None:
     """(a helper thread, interrupt.STUCK_S after the first signal) Servers that the run has
     not begun to stop by then are ended from here: its main thread is stuck somewhere."""
-    ended = server_mod.end_unsignalled()
+    ended = registry.end_unsignalled()
     if ended:
         print(f"llmgate: {signal_name}: the session had not stopped {', '.join(ended)} "
               f"{interrupt.STUCK_S:.0f} s later; ended from a helper thread", file=sys.__stderr__, flush=True)

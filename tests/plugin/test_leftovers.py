@@ -426,7 +426,7 @@ def test_a_gpu_entry_on_a_busy_gpu_fails_before_any_process_starts(monkeypatch, 
 def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch, tmp_path, default_signals):
     """Should the main thread not get to stop the servers after the signal, a helper thread
     ends those nobody began to stop (interrupt.STUCK_S later); one being stopped is left alone."""
-    from llmgate.process import server
+    from llmgate.process import registry, server
 
     monkeypatch.setattr(interrupt, "STUCK_S", 0.2)
     called = []
@@ -452,17 +452,17 @@ def test_a_stuck_session_has_its_servers_ended_from_a_helper_thread(monkeypatch,
         p = subprocess.Popen([*SLEEP, f"{marker}-{name}"], process_group=0)
         s = server.Server(cfg, Matrix(entries=(cfg,), models={}, source="test"), tmp_path)
         s.proc, s.pid = p, p.pid
-        server._live.add(s)
+        registry.add(s)
         servers.append(s)
         procs.append(p)
     servers[1].signalled = True                     # the main thread is stopping this one itself
     try:
         assert wait_until(lambda: marked(f"{marker}-left") and marked(f"{marker}-being-stopped"), 10)
-        assert server.end_unsignalled(grace_s=3) == ["stuck"]
+        assert registry.end_unsignalled(grace_s=3) == ["stuck"]
         assert procs[0].wait(10) == -signal.SIGTERM and procs[1].poll() is None
     finally:
         for s, p in zip(servers, procs):
-            server._live.discard(s)
+            registry.discard(s)
             p.kill()
             p.wait()
 
@@ -471,7 +471,7 @@ def test_right_after_a_stop_the_busy_check_waits_for_the_memory_to_show_free(mon
     """The next entry of a one-GPU session boots right after the previous server stopped: while
     NVML still counts that memory the check re-reads it (up to server.GPU_SETTLE_S), and boots once
     it is free; without a recent stop it refuses at once, as above."""
-    from llmgate.process import server
+    from llmgate.process import registry, server
 
     answers = ["busy: not booted: the GPU is busy (1)", "busy: not booted: the GPU is busy (2)", None]
     reads = []
@@ -481,12 +481,12 @@ def test_right_after_a_stop_the_busy_check_waits_for_the_memory_to_show_free(mon
     cfg = ServerConfig(id="next", engine="vllm", model="tiny", device="gpu", gpu_memory_utilization=0.3)
     s = server.Server(cfg, Matrix(entries=(cfg,), models={}, source="test"), tmp_path)
     monkeypatch.setattr(s.engine, "unavailable", lambda cfg: None)
-    monkeypatch.setattr(server, "_last_stop", [time.monotonic()])
+    monkeypatch.setattr(registry, "_last_stop", [time.monotonic()])
     with pytest.raises(RuntimeError, match="past the check"):
         s.start()
     assert len(reads) == 3
     reads.clear()
-    monkeypatch.setattr(server, "_last_stop", [time.monotonic() - server.GPU_SETTLE_S - 1])
+    monkeypatch.setattr(registry, "_last_stop", [time.monotonic() - server.GPU_SETTLE_S - 1])
     with pytest.raises(server.BootError, match=r"busy \(1\)"):
         s.start()
     assert len(reads) == 1

@@ -16,9 +16,9 @@ Before a GPU entry boots, the GPUs' free memory is checked against the engine's 
 (``device.gpu_room.busy_gpu``): a card held by another process is named at once, not after the engine's
 out-of-memory traceback.
 
-Why one module over ~450 lines: one engine process's life (boot, readiness, memory, teardown)
-and the record of the live ones that a signal or the session's end stops share the same handles;
-the watchdog, the process tree, the strays and the signals are already modules of their own.
+The servers not yet stopped are kept by ``llmgate.process.registry`` (a signal or the session's
+end stops them there); the ports come from ``llmgate.process.ports``, the memory and CPU meters
+from ``llmgate.process.meters``.
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +38,7 @@ import psutil
 from llmgate import engines
 from llmgate.device import gpu_room
 from llmgate.process import logs
+from llmgate.process import registry
 from llmgate.process import strays
 from llmgate.models import tinymodel
 from llmgate.models import tokenizer
@@ -47,10 +46,11 @@ from llmgate.process import watchdog
 from llmgate.engines import EngineInfo
 from llmgate.process.interrupts import HURRY
 from llmgate.process.logs import tail
+from llmgate.process.meters import EngineCpu, MemorySampler
+from llmgate.process.ports import HOST, free_port, port_in_use
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.process.proctree import Death, Tree
 
-HOST = "127.0.0.1"
 Progress = Callable[[str, float, str], None]  # (config id, elapsed seconds, last log line)
 
 
@@ -78,111 +78,10 @@ class ServerDied(RuntimeError):
 
 API_KEY_ENV = "LLMGATE_API_KEY"     # the key the servers are started with and the client sends
 
-_records: dict[str, Path | None] = {"dir": None}      # where running servers are recorded (set by the plugin)
-_live: weakref.WeakSet = weakref.WeakSet()              # Servers of this process not yet stopped
-_last_stop = [0.0]        # time.monotonic() when a server of this process last finished stopping
 # after a server of this process stopped, the busy-GPU check waits this long for the memory its
 # processes held to show as free (the driver releases it as they end; NVML may tell a moment later)
 # before it refuses the next entry: entries of one session run one after the other on one GPU
 GPU_SETTLE_S = 20.0
-
-
-def record_servers_in(out_dir: Path | None) -> None:
-    """Record every server this process starts from now on under ``out_dir/servers/``."""
-    _records["dir"] = Path(out_dir) if out_dir is not None else None
-
-
-def stop_all_live(grace_s: float = 20.0) -> list[str]:
-    """Stop every server of this process that is still running (probe and A/B servers too);
-    the configuration ids of those stopped."""
-    stopped = []
-    for server in list(_live):
-        server.stop(grace_s)
-        stopped.append(server.cfg.id)
-    return stopped
-
-
-def signal_all_live(sig: int = signal.SIGTERM) -> None:
-    """Tell every server of this process to stop, all at once (an interrupted session then waits
-    for them together instead of one after the other)."""
-    for s in list(_live):
-        if not s.signalled:
-            s.signal_group(sig)
-
-
-def end_unsignalled(grace_s: float = 3.0) -> list[str]:
-    """(any thread) End every server of this process that nobody has begun to stop: SIGTERM to its
-    process group, SIGKILL after ``grace_s``.  For a session whose main thread is stuck after an
-    interrupt; the configuration ids of the servers ended."""
-    ended = [s for s in list(_live) if not s.signalled]
-    for s in ended:
-        s.signal_group(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(s.group_alive() for s in ended):
-        time.sleep(0.1)
-    for s in ended:
-        s.signal_group(signal.SIGKILL)
-    return [s.cfg.id for s in ended]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return True
-    return False
-
-
-class MemorySampler(threading.Thread):
-    """Resident memory of the server's whole process tree, sampled a few times a second."""
-
-    def __init__(self, pid: int, interval: float = 0.25):
-        super().__init__(daemon=True, name=f"llmgate-rss-{pid}")
-        self.pid, self.interval = pid, interval
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._procs: list[psutil.Process] = []
-        self._tree_age = 0
-
-    def tree_rss(self) -> int:
-        # the process tree is re-read every 8th sample: finding children scans every process of
-        # the host, which costs the measuring process real CPU on a busy many-core machine
-        if self._tree_age % 8 == 0 or not self._procs:
-            try:
-                root = psutil.Process(self.pid)
-                self._procs = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                return 0
-        self._tree_age += 1
-        total = 0
-        for p in self._procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            rss = self.tree_rss()
-            if rss:
-                self.samples.append((time.monotonic(), rss))
-            self._stop.wait(self.interval)
-
-    def peak(self, since: float = 0.0, until: float = float("inf")) -> int | None:
-        vals = [rss for t, rss in list(self.samples) if since <= t <= until]
-        return max(vals) if vals else None
-
-    def stop(self) -> None:
-        self._stop.set()
 
 
 @dataclasses.dataclass
@@ -299,50 +198,6 @@ class ServerHandle:
         """``with handle.cpu_meter() as m: …; m.summary()``: CPU time the engine's processes used."""
         return EngineCpu(self.pid)
 
-
-class EngineCpu:
-    """CPU time of each process of a server's tree over a ``with`` block, as a share of one core:
-    an engine process near 100% is what makes a small model on a big GPU host-bound."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.t0 = self.t1 = 0.0
-        self.before: dict[int, tuple[str, float]] = {}
-        self.after: dict[int, tuple[str, float]] = {}
-
-    def _read(self) -> dict[int, tuple[str, float]]:
-        out: dict[int, tuple[str, float]] = {}
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return out
-        for p in procs:
-            try:
-                t = p.cpu_times()
-                out[p.pid] = (p.name(), t.user + t.system)
-            except psutil.Error:
-                pass
-        return out
-
-    def __enter__(self) -> EngineCpu:
-        self.before, self.t0 = self._read(), time.monotonic()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.after, self.t1 = self._read(), time.monotonic()
-
-    def summary(self) -> dict[str, object]:
-        """Per process (name and pid): CPU seconds ÷ wall seconds; and the busiest one."""
-        wall = self.t1 - self.t0
-        shares = {f"{name} ({pid})": round((cpu - self.before.get(pid, (name, 0.0))[1]) / wall, 4)
-                  for pid, (name, cpu) in self.after.items()} if wall > 0 else {}
-        busiest = max(shares.items(), key=lambda kv: kv[1]) if shares else None
-        return {"wall_s": round(wall, 3), "processes": shares,
-                "busiest": busiest[0] if busiest else None, "busiest_share": busiest[1] if busiest else None,
-                "total_share": round(sum(shares.values()), 4)}
-
-
 class Server:
     """Start/stop one configuration.  ``start()`` returns a ready ``ServerHandle``."""
 
@@ -399,8 +254,8 @@ class Server:
                 return gpu_room.busy_gpu(self.cfg.id, self.cfg.env, self.cfg.tensor_parallel,
                                        lambda total: self.engine.gpu_budget_bytes(self.cfg, total))
             busy = check()
-            settle_until = _last_stop[0] + GPU_SETTLE_S
-            while busy and _last_stop[0] and time.monotonic() < settle_until and not HURRY.is_set():
+            settle_until = registry.last_stop() + GPU_SETTLE_S
+            while busy and registry.last_stop() and time.monotonic() < settle_until and not HURRY.is_set():
                 time.sleep(1.0)                 # the server stopped just before may still be releasing it
                 busy = check()
             if busy:
@@ -442,12 +297,13 @@ class Server:
                 log.write(("$ " + " ".join(cmd) + "\n").encode())
                 log.flush()
                 t0 = time.monotonic()
-                _live.add(self)
+                registry.add(self)
                 self.proc = subprocess.Popen(watchdog.command(cmd), stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, env=env, process_group=0)
             self.pid = self._engine_pid()
-            if self.pid is not None and _records["dir"] is not None:
-                self._record = strays.write(_records["dir"], pid=self.pid, entry=cfg.id, engine=self.engine.name,
+            records = registry.records_dir()
+            if self.pid is not None and records is not None:
+                self._record = strays.write(records, pid=self.pid, entry=cfg.id, engine=self.engine.name,
                                             cmdline=cmd, log=str(log_path), watchdog_pid=self.proc.pid)
             sampler = MemorySampler(self.pid or self.proc.pid)
             sampler.start()
@@ -541,7 +397,7 @@ class Server:
             return self._stop(grace_s)
 
     def _stop(self, grace_s: float) -> list[int]:
-        _live.discard(self)
+        registry.discard(self)
         if self.proc is None:
             return []
         if self._tree is not None:
@@ -576,7 +432,7 @@ class Server:
             self.proc.wait(5)
         strays.remove(self._record)
         self._record = None
-        _last_stop[0] = time.monotonic()
+        registry.note_stopped()
         return killed
 
     def _survivors(self, pgid: int) -> list[psutil.Process]:

@@ -19,6 +19,7 @@ from llmgate.store import baseline as baseline_store, fingerprint as fingerprint
 from llmgate.device import hardware
 from llmgate.core import metrics
 from llmgate.report import outcome, reports
+from llmgate.process import registry
 from llmgate.process import server as server_mod
 from llmgate.runner import distribution
 from llmgate.config import matrix as matrix_mod
@@ -85,7 +86,7 @@ class GateRun:
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
         self.running: str | None = None                             # the test in progress
         self.finished: set[str] = set()
-        server_mod.record_servers_in(self.out_dir)                  # servers/<pid>.json while each runs
+        registry.record_servers_in(self.out_dir)                    # servers/<pid>.json while each runs
 
     # -- hooks of this run (registered as a plugin of its config) -------------------------
     @pytest.hookimpl(tryfirst=True)         # before the terminal's traceback rendering, which can take a while
@@ -245,10 +246,10 @@ class GateRun:
             if gs.servers:
                 say(session.config, f"llmgate: interrupted by {gs.interrupted.get('signal') or 'an interrupt'}: "
                                     f"stopping {len(gs.servers)} server(s)")
-            server_mod.signal_all_live()       # all at once, then wait for each
+            registry.signal_all_live()       # all at once, then wait for each
         for cid in list(gs.servers):
             gs.pool.shutdown(cid)
-        for cid in server_mod.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
+        for cid in registry.stop_all_live():   # a probe's or an A/B test's server, a boot broken off
             say(session.config, f"llmgate: {cid}: stopped a server the interrupted test had started")
         argv = list(session.config.invocation_params.args)
         # pytest-benchmark saved (or failed to save) before this hook: a baseline that could not be
