@@ -1,8 +1,9 @@
-"""``gate.measure``: what a scenario uses beside running a workload and recording it — building
-requests, reading a result's figures (per repeat, over the whole window, the engine's own timers),
-the engine's /metrics, the GPU sampler, the client's processes, and the recording pipeline's other
-offers (accounting for requests sent with ``gate.run(account=False)``, the compared baseline's
-info, the minimum effect, verdicts judged elsewhere, the entry's regime)."""
+"""``gate.measure``: what a scenario uses beside running a workload and recording it that needs
+the test's entry, server or recorder — building requests, the engine's own timers per repeat, the
+engine's /metrics, the GPU sampler, and the recording pipeline's other offers (accounting for
+requests sent with ``gate.run(account=False)``, the compared baseline's info, the minimum effect,
+verdicts judged elsewhere, the entry's regime).  A result's figures and the client's processes,
+which need nothing of the test, are ``llmgate.figures``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from llmgate.device import hardware
 from llmgate.load import workloads
 from llmgate.core import metrics
 from llmgate.engines import meters
-from llmgate.analysis import stats
 from llmgate.config import matrix as matrix_mod
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
@@ -58,16 +58,10 @@ class Measure:
         return workloads.fixed_requests(self.server, self.prompts, n, prompt_tokens, output_tokens, seed)
 
 
-    def repeat_values(self, result: SteadyResult, figure: str) -> list[float]:
-        """One value per repeat of a measurement: the window (or the requests) cut into
-        ``settings.repeats`` parts, ``figure`` of each (``decode_tok_s``, ``ttft_p50``, ``ttft_p95``,
-        ``itl_p95``, ``tpot_median``, ``e2e_p50``, ``aggregate_tok_s`` …)."""
-        return stats.values_of(stats.repeat_metrics(result, self.settings.repeats), figure)
-
     def engine_parts(self, result: SteadyResult) -> dict[str, list[float]]:
         """Per repeat of a steady window (the window cut into ``settings.repeats`` parts, as
-        ``repeat_values`` cuts it): the engine's own per-request timers as window means (seconds;
-        ``meters.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
+        ``llmgate.figures.repeat_values`` cuts it): the engine's own per-request timers as window
+        means (seconds; ``meters.ENGINE_PARTS`` the engine keeps), from its /metrics read through the run, and
         ``frontend``: the client's mean TTFT minus the engine's over the requests whose first token
         came in the same interval.  {} for an engine without those timers."""
         poller = result.engine_readings
@@ -104,34 +98,18 @@ class Measure:
                 out[part] = v
         return out
 
-    def whole(self, result: SteadyResult) -> dict[str, float]:
-        """The figures of a whole steady-state window (not cut into repeats)."""
-        return stats.window_metrics(result)
-
     def scrape(self, deferred: bool = False) -> meters.Scrape:
-        """The engine's own /metrics now (``delta(before, after)`` gives what changed); ``deferred``: kept
-        as text and parsed when first read (a loop that reads it after every request)."""
+        """The engine's own /metrics now (``llmgate.figures.delta(before, after)`` gives what
+        changed); ``deferred``: kept as text and parsed when first read (a loop that reads it after
+        every request)."""
         h = self.server
         return meters.scrape(self._http(), h.base_url, h.engine.metrics_path, h.auth_headers(), deferred)
-
-    @staticmethod
-    def delta(before: meters.Scrape, after: meters.Scrape) -> meters.Delta:
-        return meters.Delta(before, after)
 
     def gpu_sampler(self) -> hardware.GpuSampler:
         """A context manager sampling the GPU (memory, utilisation, clocks) while a measurement
         runs; a no-op on a CPU entry."""
         return hardware.GpuSampler(enabled=self._entry().device == "gpu")
 
-    @staticmethod
-    def client_pids() -> list[int]:
-        """The client processes measuring (beside this one) while a run is in flight."""
-        return workloads.client_pids()
-
-    @staticmethod
-    def client_workers(concurrency: int) -> int:
-        """How many client processes a load at ``concurrency`` is dealt to."""
-        return workloads.client_workers(concurrency)
     def lookup_workload(self) -> bool:
         """Whether this entry measures the speculative scenario's prompt-lookup workload
         (``lookup_requests``): its drafts come from the context, or it is the reference of an entry

@@ -5,7 +5,7 @@ concurrency 8 and up (its CPU time stays a small share of the wall time).
 Per repeat, the mean client TTFT minus the mean engine TTFT over the same requests (from
 the engine's histogram sum/count deltas) is recorded, at c=1 and at c=8 and 16, and the CPU
 share of the busiest client process (at high concurrency on a many-core machine the load is
-spread over several client processes: gate.measure.client_workers).
+spread over several client processes: llmgate.figures.client_workers).
 """
 
 import statistics
@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import llmgate
-from llmgate import metrics
+from llmgate import figures, metrics
 
 # client TTFT − engine TTFT, median over repeats, at c=1.  What it holds is the client and the API
 # server's own path (HTTP, the handler before the engine's clock starts, the streamed event back).
@@ -42,18 +42,18 @@ def test_client_overhead(gate):
         for r in range(st.repeats):
             reqs = gate.measure.fresh_requests(max(2 * n, 4), 128, 32, f"overhead-c{n}-{r}")
             before = gate.measure.scrape()
-            procs = [me, *(psutil.Process(pid) for pid in gate.measure.client_pids())]
+            procs = [me, *(psutil.Process(pid) for pid in figures.client_pids())]
             cpu0, t0 = [cpu(p) for p in procs], time.perf_counter()
             res = gate.run(reqs, n)
             cpu1, wall = [cpu(p) for p in procs], time.perf_counter() - t0
             after = gate.measure.scrape()
-            server = h.engine.server_ttft(gate.measure.delta(before, after))
+            server = h.engine.server_ttft(figures.delta(before, after))
             if server is None:
                 pytest.skip(f"{h.engine.name} exposes no server-side TTFT to compare the client with")
             overheads.append(sum(res.ttfts()) / len(res.ttfts()) - server)
             cpu_shares.append(max(b - a for a, b in zip(cpu0, cpu1)) / wall)
         gate.record(metrics.CLIENT_OVERHEAD, overheads, f"c{n}")
-        gate.record(metrics.CLIENT_CPU, cpu_shares, f"c{n}", client_processes=gate.measure.client_workers(n))
+        gate.record(metrics.CLIENT_CPU, cpu_shares, f"c{n}", client_processes=figures.client_workers(n))
         summary[n] = (statistics.median(overheads), statistics.median(cpu_shares))
     limit = MAX_OVERHEAD_S[gate.entry.device]
     assert summary[1][0] < limit, (

@@ -13,7 +13,7 @@ and its TTFT p95 ÷ the reference's (`engine_ttft_p95_vs_reference`, lower is be
 figure, SGLang 277 ms ÷ vLLM 2,295 ms at 8 users on an RTX 4070)."""
 
 import llmgate
-from llmgate import device, metrics
+from llmgate import device, figures, metrics
 
 PROMPT_TOKENS = 128
 OUTPUT_TOKENS = 64
@@ -33,27 +33,27 @@ def _measure(gate, variant, concurrency, rate=None):
 
 @llmgate.scenario(boots=True)
 def test_concurrency(gate):
-    n = gate.settings.concurrency
+    n, repeats = gate.settings.concurrency, gate.settings.repeats
     variant = f"c{n}"
     result, info = _measure(gate, variant, n)
-    aggregate = gate.measure.repeat_values(result, "aggregate_tok_s")
+    aggregate = figures.repeat_values(result, "aggregate_tok_s", repeats)
     gate.record(metrics.AGGREGATE_TOK_S, aggregate, variant, raw=result.raw(), **info)
     gate.levers.versus_reference_engine(aggregate, variant)      # an entry whose reference is another engine
     parts = gate.measure.record_engine_parts(result, variant)
-    gate.record(metrics.TTFT_P50, gate.measure.repeat_values(result, "ttft_p50"), variant, parts=parts)
-    ttft_p95 = gate.measure.repeat_values(result, "ttft_p95")
+    gate.record(metrics.TTFT_P50, figures.repeat_values(result, "ttft_p50", repeats), variant, parts=parts)
+    ttft_p95 = figures.repeat_values(result, "ttft_p95", repeats)
     gate.record(metrics.TTFT_P95, ttft_p95, variant, parts=parts)
     gate.levers.versus_reference_engine(ttft_p95, variant, metrics.ENGINE_TTFT_P95_RATIO)   # the seed's own figure
-    gate.record(metrics.ITL_P95, gate.measure.repeat_values(result, "itl_p95"), variant)
+    gate.record(metrics.ITL_P95, figures.repeat_values(result, "itl_p95", repeats), variant)
 
 
 @llmgate.scenario(boots=True)
 def test_arrival_rate(gate):
-    rate = gate.matrix.scenarios.rate(gate.entry.device)
+    rate, repeats = gate.matrix.scenarios.rate(gate.entry.device), gate.settings.repeats
     variant = f"rate{rate:g}"
     result, info = _measure(gate, variant, gate.settings.concurrency, rate)
     parts = gate.measure.record_engine_parts(result, variant)
-    gate.record(metrics.TTFT_P50, gate.measure.repeat_values(result, "ttft_p50"), variant, raw=result.raw(), parts=parts,
-                **info)
-    gate.record(metrics.TTFT_P95, gate.measure.repeat_values(result, "ttft_p95"), variant, parts=parts)
-    gate.record(metrics.E2E_P50, gate.measure.repeat_values(result, "e2e_p50"), variant)
+    gate.record(metrics.TTFT_P50, figures.repeat_values(result, "ttft_p50", repeats), variant, raw=result.raw(),
+                parts=parts, **info)
+    gate.record(metrics.TTFT_P95, figures.repeat_values(result, "ttft_p95", repeats), variant, parts=parts)
+    gate.record(metrics.E2E_P50, figures.repeat_values(result, "e2e_p50", repeats), variant)

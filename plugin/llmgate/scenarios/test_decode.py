@@ -10,7 +10,7 @@ TTFT (client − engine).  TTFT at c=1 itself is the latency lever's (``test_lat
 window's few first tokens a boot could not tell a 10% change from noise."""
 
 import llmgate
-from llmgate import device, metrics
+from llmgate import device, figures, metrics
 
 PROMPT_TOKENS = 64
 OUTPUT_TOKENS = 256
@@ -24,7 +24,7 @@ def test_decode_c1(gate):
         result = gate.steady(PROMPT_TOKENS, OUTPUT_TOKENS, 1, seed="decode", label="decode c=1")
     assert {x.prompt_tokens for x in result.ok} == {PROMPT_TOKENS}
     assert {x.completion_tokens for x in result.ok} == {OUTPUT_TOKENS}
-    whole = gate.measure.whole(result)
+    whole = figures.whole(result)
     extra = {"window": result.window_info(), "engine_cpu": cpu.summary()}
     roof = None
     if on_gpu:
@@ -43,7 +43,8 @@ def test_decode_c1(gate):
     extra["regime"] = regime
     if regime.get("decided_by"):
         gate.note(f"regime {regime['regime']}: {regime['decided_by']}")
-    gate.record(metrics.DECODE_TOK_S, gate.measure.repeat_values(result, "decode_tok_s"), raw=result.raw(), **extra)
+    gate.record(metrics.DECODE_TOK_S, figures.repeat_values(result, "decode_tok_s", gate.settings.repeats),
+                raw=result.raw(), **extra)
     # the engine's own timers over the window (its TPOT is decode's part); no TTFT row here: this window
     # holds a few first tokens a boot (~8 on a GPU), test_latency.py's ttft_c1 measures TTFT on purpose
     gate.measure.record_engine_parts(result)

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 import llmgate
-from llmgate import metrics, stats
+from llmgate import figures, metrics, stats
 
 
 def _rse(values, statistic):
@@ -110,7 +110,7 @@ def _engine_parts(gate, h, before, readings: list) -> dict[str, list[float]]:
     for j, (batch_ttfts, after) in enumerate(readings):
         readings[j] = None                  # each parsed reading is let go once the next has used it
         unseen += batch_ttfts
-        timers = h.engine.engine_timers(gate.measure.delta(before, after))
+        timers = h.engine.engine_timers(figures.delta(before, after))
         if "ttft" in timers or "prefill" in timers:
             for part in ("ttft", "queue", "prefill"):
                 if part in timers:

@@ -6,25 +6,25 @@ p95 TTFT 2295 vs 277 ms) is this scenario run on two engines in one matrix.
 """
 
 import llmgate
-from llmgate import metrics
+from llmgate import figures, metrics
 
 
 @llmgate.scenario("concurrency", boots=True)
 def test_concurrency_sweep(gate):
     gate.levers.require("concurrency")
-    sc = gate.matrix.scenarios
-    figures = {}
+    sc, repeats = gate.matrix.scenarios, gate.settings.repeats
+    kept = {}
     for n in sc.concurrency_levels:
         res = gate.steady(sc.concurrency_prompt_tokens, sc.concurrency_output_tokens, n, seed=f"sweep-c{n}",
                           label=f"sweep c={n}")
         v = f"c{n}"
-        gate.record(metrics.AGGREGATE_TOK_S, gate.measure.repeat_values(res, "aggregate_tok_s"), v, raw=res.raw(),
+        gate.record(metrics.AGGREGATE_TOK_S, figures.repeat_values(res, "aggregate_tok_s", repeats), v, raw=res.raw(),
                     window=res.window_info())
-        gate.record(metrics.TTFT_P50, gate.measure.repeat_values(res, "ttft_p50"), v)
-        gate.record(metrics.TTFT_P95, gate.measure.repeat_values(res, "ttft_p95"), v)
-        gate.record(metrics.TTFT_P99, gate.measure.repeat_values(res, "ttft_p99"), v)
-        gate.record(metrics.ITL_P95, gate.measure.repeat_values(res, "itl_p95"), v)
-        gate.record(metrics.TPOT, gate.measure.repeat_values(res, "tpot_median"), v)
-        whole = gate.measure.whole(res)
-        figures[n] = {k: whole[k] for k in ("aggregate_tok_s", "ttft_p95", "itl_p95") if k in whole}
-    gate.levers.remember("concurrency", figures)
+        gate.record(metrics.TTFT_P50, figures.repeat_values(res, "ttft_p50", repeats), v)
+        gate.record(metrics.TTFT_P95, figures.repeat_values(res, "ttft_p95", repeats), v)
+        gate.record(metrics.TTFT_P99, figures.repeat_values(res, "ttft_p99", repeats), v)
+        gate.record(metrics.ITL_P95, figures.repeat_values(res, "itl_p95", repeats), v)
+        gate.record(metrics.TPOT, figures.repeat_values(res, "tpot_median", repeats), v)
+        whole = figures.whole(res)
+        kept[n] = {k: whole[k] for k in ("aggregate_tok_s", "ttft_p95", "itl_p95") if k in whole}
+    gate.levers.remember("concurrency", kept)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import llmgate
-from llmgate import metrics
+from llmgate import figures, metrics
 
 OUTPUT_TOKENS = 4
 WARM_PER_ROUND = 3
@@ -60,7 +60,7 @@ def test_prefix_cache(gate):
             warms += [w.ttft for w in warm]
             reductions.append(1.0 - statistics.median([w.ttft for w in warm]) / statistics.median([c.ttft for c in cold]))
             # the window holds the warm requests' hits (a new prefix shares no whole block with any)
-            got = h.engine.prefix_cache_hits(gate.measure.delta(before, after))
+            got = h.engine.prefix_cache_hits(figures.delta(before, after))
             if got is None and all(w.cached_tokens is not None for w in warm):
                 got = sum(w.cached_tokens for w in warm)     # the engine says it in usage instead
             hits.append(None if got is None else got / WARM_PER_ROUND)

@@ -25,7 +25,7 @@ import statistics
 import pytest
 
 import llmgate
-from llmgate import metrics
+from llmgate import figures, metrics
 
 
 @llmgate.scenario("speculative", boots=True)
@@ -35,7 +35,7 @@ def test_speculative_decoding(gate):
     ref, ref_figures = gate.levers.reference("speculative")
     if cfg.speculative and ref is None:
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
-    figures: dict[str, list[float]] = {}
+    kept: dict[str, list[float]] = {}
     not_meaningful = gate.levers.acceptance_meaningful() if cfg.speculative else None
     caveat = gate.levers.acceptance_caveat() if cfg.speculative and not not_meaningful else None
     if caveat:
@@ -67,9 +67,9 @@ def test_speculative_decoding(gate):
             res = gate.run(make(1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
             after = gate.measure.scrape()
             samples += res.ok
-            acceptances.append(h.engine.spec_acceptance(gate.measure.delta(before, after)))
+            acceptances.append(h.engine.spec_acceptance(figures.delta(before, after)))
         tok_s = [s.decode_tok_s for s in samples]
-        figures[variant] = tok_s
+        kept[variant] = tok_s
         gate.record(metrics.DECODE_TOK_S, tok_s, variant)
         counters = None
         if cfg.speculative:
@@ -105,5 +105,5 @@ def test_speculative_decoding(gate):
                 gate.record(metrics.SPEEDUP, [v / base for v in tok_s], f"speculative-{variant}",
                             reference=ref.id, reference_boot_medians=list(theirs.values()), reference_boot=ref_boot,
                             **extra)
-    assert figures, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
-    gate.levers.remember("speculative", figures)
+    assert kept, f"{cfg.id}: no prompt length of {sc.spec_prompt_tokens} fits max_model_len {cfg.max_model_len}"
+    gate.levers.remember("speculative", kept)
