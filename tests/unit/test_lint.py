@@ -17,7 +17,7 @@ PUBLIC_API = ["plugin/llmgate/__init__.py", "plugin/llmgate/runner/gate.py", "pl
               "plugin/llmgate/device/__init__.py", "plugin/llmgate/device/hardware.py",
               "plugin/llmgate/analysis/stats.py", "plugin/llmgate/runner/figures.py",
               # the `gate` object's parts (gate.measure, gate.levers, the llmgate_boot value)
-              "plugin/llmgate/runner/measure.py", "plugin/llmgate/levers/figures.py", "plugin/llmgate/runner/boots.py"]
+              "plugin/llmgate/runner/measure.py", "plugin/llmgate/levers/shared.py", "plugin/llmgate/runner/boots.py"]
 
 
 def tool(name: str) -> list[str]:

@@ -3,7 +3,7 @@ server, exact-length prompts, the run's settings and the matrix), the ways to ru
 against the server, ``record(metric, values)``, which stores the values as the baseline store's
 entry and judges them against the compared baseline (``runner/recorder.py``), and ``note``;
 ``measure`` holds the rest of the measuring tools and ``levers`` the figures shared between
-entries (``llmgate.levers.figures``).
+entries (``llmgate.levers.shared``).
 
 This is llmgate's public API for scenarios (docs/api.md); the packaged scenarios
 (``llmgate.scenarios``) are written with it."""
@@ -17,7 +17,7 @@ import pytest
 
 from llmgate.load import steady as steady_state, workloads
 from llmgate.core import metrics
-from llmgate.levers.figures import EntryLevers
+from llmgate.levers.shared import EntryLevers
 from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
@@ -54,7 +54,7 @@ class Gate:
                                   self._recorder.record, self._recorder.note, int(boot) if boot is not None else None,
                                   waiting=side.parked if side is not None else None)
         """The figures shared between this entry and the entries that take it as their reference
-        (``llmgate.levers.figures``)."""
+        (``llmgate.levers.shared``)."""
 
     # -- the public API: what a scenario is given ----------------------------------------------
     @property

@@ -26,7 +26,7 @@ from llmgate.config import matrix as matrix_mod
 from llmgate.config.ids import entry_scope
 from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
-from llmgate.levers.figures import SharedFigures
+from llmgate.levers.shared import SharedFigures
 from llmgate.runner.pool import ServerPool
 from llmgate.runner.recorder import judge_cut_duets
 from llmgate.runner.terminal import say
@@ -53,7 +53,7 @@ class GateRun:
         self.servers = self.pool.servers                   # entry id → running Server
         self.boots = self.pool.boots                       # entry id → one record per boot
         self.verdicts: list[Verdict] = []                  # this process's, or (controller) the workers'
-        self.figures = SharedFigures()                     # what entries share (levers.figures)
+        self.figures = SharedFigures()                     # what entries share (levers.shared)
         self.summary: dict[str, Any] | None = None
         self.notes: list[str] = []
         self.raw: dict[tuple[str, str, str], dict[str, Any]] = {}    # (config, test, key) → raw samples
