@@ -5,13 +5,16 @@
 #   files  the scenario files a session runs; common: the pytest arguments every session takes
 #   WHEELS (optional): the carried wheels of llmgate's dependencies (default .gpu-wheels-slim)
 # MATRIX (optional): the matrix a session runs (set and empty: the embedded default's GPU entries)
+# PREFIX (optional): words put before the session's command (e.g. "taskset -c 0-3")
 
 session() {    # NAME DEADLINE_S [env assignments...] -- [pytest args...]
   local name=$1 deadline=$2; shift 2
   local envs=()
   while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
   shift
-  local cmd=(env "${envs[@]}" LLMGATE_MATRIX="${MATRIX-}" LLMGATE_WHEELS="${WHEELS:-$PWD/.gpu-wheels-slim}" LLMGATE_DEADLINE_S="$deadline"
+  local pre=()
+  [ -n "${PREFIX:-}" ] && read -r -a pre <<< "$PREFIX"
+  local cmd=("${pre[@]}" env "${envs[@]}" LLMGATE_MATRIX="${MATRIX-}" LLMGATE_WHEELS="${WHEELS:-$PWD/.gpu-wheels-slim}" LLMGATE_DEADLINE_S="$deadline"
              gpu/run-gate.sh "${files[@]}" "${common[@]}" --llmgate-out "$work/$name" "$@")
   echo "== $name $(date +%T): ${cmd[*]}"
   [ -n "${DRY:-}" ] && return 0

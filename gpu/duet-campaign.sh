@@ -20,8 +20,11 @@
 #               (default 500); TTFT c=1 at 128 tokens only (gpu/duet-knobs.toml), minimum effects
 #               lowered to what the duet can see (3% TTFT, engine TTFT and prefill); both must be
 #               flagged and attributed
-# env: PAIRS (default 3), AA_PAIRS and KNOBS_PAIRS (each session's boot pairs, default PAIRS), AA_K (-k of
-# the A/A), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE and AA_DEADLINE (seconds, default 700 and 1,080),
+#     3. cores: an A/A of TTFT c=1 at 128 tokens (gpu/duet-knobs.toml) with each side's server pinned to
+#               cores of its own (taskset: PIN_A, default 4-9; PIN_B, 10-15) and the client to PIN_CLIENT
+#               (0-3): is a boot's own speed (the duet's pair part) where its processes land?
+# env: PAIRS (default 3), AA_PAIRS, CORES_PAIRS and KNOBS_PAIRS (each session's boot pairs, default PAIRS), AA_K (-k of
+# the A/A), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE, AA_DEADLINE and CORES_DEADLINE (seconds, default 700, 1,080 and 700),
 # DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +40,9 @@ case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-600}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" KNOBS_PAIRS="${KNOBS_PAIRS:-${PAIRS:-3}}" \
          AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-700}" \
-         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" ORDER="${ORDER:-aa knobs}" ;;
+         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" ORDER="${ORDER:-aa knobs}" \
+         CORES_PAIRS="${CORES_PAIRS:-${PAIRS:-3}}" CORES_DEADLINE="${CORES_DEADLINE:-700}" \
+         PIN_A="${PIN_A:-4-9}" PIN_B="${PIN_B:-10-15}" PIN_CLIENT="${PIN_CLIENT:-0-3}" ;;
 wait)  campaign_wait "${2:-540}" ;;
 run)
   mkdir -p "$work"
@@ -58,7 +63,20 @@ run)
         --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive \
         --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" --llmgate-min-effect ttft_c1=0.03 \
         --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03 ;;
-    *) echo "ORDER: unknown session '$which' (aa, knobs)"; exit 2 ;;
+    cores)
+      mkdir -p /tmp/llmgate-cores
+      for side in A B; do
+        cores=$([ "$side" = A ] && echo "${PIN_A:-4-9}" || echo "${PIN_B:-10-15}")
+        printf '#!/bin/sh\nexec taskset -c %s %s "$@"\n' "$cores" "$base" > "/tmp/llmgate-cores/vllm-$side-python"
+        chmod +x "/tmp/llmgate-cores/vllm-$side-python"
+      done
+      echo "cores: A on ${PIN_A:-4-9}, B on ${PIN_B:-10-15}, the client on ${PIN_CLIENT:-0-3} of $(nproc) cores"
+      files=(plugin/llmgate/scenarios/test_latency.py)
+      PREFIX="taskset -c ${PIN_CLIENT:-0-3}" MATRIX=$PWD/gpu/duet-knobs.toml session cores "${CORES_DEADLINE:-700}" -- \
+        -k "gpu-vllm-8b and ttft_c1" --llmgate-ab "A=/tmp/llmgate-cores/vllm-A-python" \
+        --llmgate-ab "B=/tmp/llmgate-cores/vllm-B-python" --llmgate-accept inconclusive \
+        --llmgate-boots "${CORES_PAIRS:-${PAIRS:-3}}" ;;
+    *) echo "ORDER: unknown session '$which' (aa, knobs, cores)"; exit 2 ;;
     esac
   done
   grep -h "llmgate admit delay\|llmgate frontend delay" "$work"/knobs/logs/*.log 2>/dev/null | sort | uniq -c | head -n 12
