@@ -11,7 +11,7 @@ The public API for a team's own scenarios (docs/api.md):
 
 The modules the lever and quality scenarios use are public under their documented names
 (``llmgate.ab``, ``llmgate.probe``, ``llmgate.quality``, ``llmgate.device``, ``llmgate.stats``,
-``llmgate.figures``, ``llmgate.verdict``, ``llmgate.matrix``: ``from llmgate import ab``); they
+``llmgate.figures``, ``llmgate.requests``, ``llmgate.verdict``, ``llmgate.matrix``: ``from llmgate import ab``); they
 live in the layers of docs/architecture.md and are imported here on first use.
 
 The packaged scenarios: ``pytest --pyargs llmgate.scenarios``.
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from llmgate.analysis import stats as stats, verdict as verdict
     from llmgate.config import matrix as matrix
     from llmgate.levers import ab as ab, probe as probe, quality as quality
-    from llmgate.runner import figures as figures
+    from llmgate.runner import figures as figures, requests as requests
     from llmgate.runner.gate import Gate as Gate
 
 __all__ = ["Gate", "Metric", "metrics", "scenario"]
@@ -40,7 +40,8 @@ __all__ = ["Gate", "Metric", "metrics", "scenario"]
 # the documented modules (docs/api.md) by their public names, where they live now
 _PUBLIC_MODULES = {"ab": "llmgate.levers.ab", "probe": "llmgate.levers.probe", "quality": "llmgate.levers.quality",
                    "stats": "llmgate.analysis.stats", "verdict": "llmgate.analysis.verdict",
-                   "figures": "llmgate.runner.figures", "matrix": "llmgate.config.matrix",
+                   "figures": "llmgate.runner.figures", "requests": "llmgate.runner.requests",
+                   "matrix": "llmgate.config.matrix",
                    "metrics": "llmgate.core.metrics"}
 
 

@@ -48,14 +48,14 @@ def test_1_decode(llmgate_config, llmgate_server, llmgate_prompts, gate):
     if llmgate_config.id == "victim":
         threading.Timer(1.0, kill_engine_core, (h,)).start()
     res = load.decode_run(h, llmgate_prompts, 32, 400, 2, 0, 300, "decode")
-    gate.measure.account(res)
+    gate._recorder.account(res)
     gate.record(metrics.DECODE_TOK_S, [s.decode_tok_s for s in res.ok])
 
 def test_2_next(llmgate_server, llmgate_prompts, gate):
-    gate.measure.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
+    gate._recorder.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
 
 def test_3_after(llmgate_server, llmgate_prompts, gate):
-    gate.measure.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
+    gate._recorder.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 300, "short"))
 """
 
 
@@ -125,7 +125,7 @@ def test_a_api_key(llmgate_server, llmgate_prompts, gate):
     r = httpx.post(h.base_url + "/v1/completions", json={"model": h.model_name, "prompt": "hi", "max_tokens": 2})
     assert r.status_code == 401, r.text
     res = load.decode_run(h, llmgate_prompts, 32, 32, 2, 0, 60, "decode")
-    gate.measure.account(res)
+    gate._recorder.account(res)
     gate.record(metrics.DECODE_TOK_S, [s.decode_tok_s for s in res.ok])
 
 def test_b_faults_are_counted(llmgate_server, llmgate_prompts, gate):
@@ -133,7 +133,7 @@ def test_b_faults_are_counted(llmgate_server, llmgate_prompts, gate):
     h = dataclasses.replace(llmgate_server, base_url=proxy.start())
     try:
         reqs = load.fixed_requests(h, llmgate_prompts, 8, 32, 16, "faults")
-        gate.measure.account(load.run(h, reqs, 2, 60, label="through the fault proxy"))
+        gate._recorder.account(load.run(h, reqs, 2, 60, label="through the fault proxy"))
     finally:
         proxy.stop()
 
@@ -142,12 +142,12 @@ def test_c_hung_stream_times_out(llmgate_server, llmgate_prompts, gate):
     threading.Timer(0.5, os.kill, (h.pid, signal.SIGSTOP)).start()
     threading.Timer(6.0, os.kill, (h.pid, signal.SIGCONT)).start()
     try:
-        gate.measure.account(load.decode_run(h, llmgate_prompts, 32, 400, 1, 0, 3, "hung"))
+        gate._recorder.account(load.decode_run(h, llmgate_prompts, 32, 400, 1, 0, 3, "hung"))
     finally:
         time.sleep(max(0.0, 6.5))
 
 def test_d_serves_again(llmgate_server, llmgate_prompts, gate):
-    gate.measure.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 60, "after"))
+    gate._recorder.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 60, "after"))
 """
 
 

@@ -453,7 +453,7 @@ from llmgate.load.samples import LoadResult, Sample
 def test_measure(gate):
     gate.record(metrics.DECODE_TOK_S, json.loads(os.environ["VALUES"])[0])
     # two requests accounted for, none failed: the test's "requests that failed" row
-    gate.measure.account(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
+    gate._recorder.account(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
 """
 
 

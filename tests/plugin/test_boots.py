@@ -111,7 +111,7 @@ def test_a_single_boot_compared_with_a_single_boot_assumes_the_devices_noise_and
 ACCOUNTED = PER_BOOT_TEST.replace("""    gate.record(metrics.DECODE_TOK_S, values[llmgate_config.id][llmgate_boot - 1])
 """, """    gate.record(metrics.DECODE_TOK_S, values[llmgate_config.id][llmgate_boot - 1])
     from llmgate.load.samples import LoadResult, Sample
-    gate.measure.account(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
+    gate._recorder.account(LoadResult([Sample(ok=True, start=0.0, e2e=1.0)] * 2, 1.0, 1))
 """)
 
 

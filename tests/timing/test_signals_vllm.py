@@ -59,12 +59,12 @@ from llmgate.core import metrics
 
 def test_1_short(llmgate_server, llmgate_prompts, gate):
     res = load.decode_run(llmgate_server, llmgate_prompts, 16, 8, 1, 0, 120, "short")
-    gate.measure.account(res)
+    gate._recorder.account(res)
     gate.record(metrics.DECODE_TOK_S, [s.decode_tok_s for s in res.ok])
 
 def test_2_long(llmgate_server, llmgate_prompts, gate):
     res = load.decode_run(llmgate_server, llmgate_prompts, 32, 800, 20, 0, 300, "long")
-    gate.measure.account(res)
+    gate._recorder.account(res)
     gate.record(metrics.DECODE_TOK_S, [s.decode_tok_s for s in res.ok])
 
 def test_3_never(llmgate_server, gate):
@@ -94,10 +94,10 @@ def _kill_core_once_streaming(h):
 def test_1_core_dies(llmgate_server, llmgate_prompts, gate):
     threading.Thread(target=_kill_core_once_streaming, args=(llmgate_server,), daemon=True).start()
     res = load.decode_run(llmgate_server, llmgate_prompts, 32, 800, 4, 0, 120, "decode")
-    gate.measure.account(res)
+    gate._recorder.account(res)
 
 def test_2_next(llmgate_server, llmgate_prompts, gate):
-    gate.measure.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 60, "short"))
+    gate._recorder.account(load.decode_run(llmgate_server, llmgate_prompts, 32, 16, 1, 0, 60, "short"))
 """
 
 

@@ -15,9 +15,9 @@ PUBLIC_API = ["plugin/llmgate/__init__.py", "plugin/llmgate/runner/gate.py", "pl
               # the modules the lever and quality scenarios use (docs/api.md, the last section)
               "plugin/llmgate/levers/ab.py", "plugin/llmgate/levers/probe.py", "plugin/llmgate/levers/quality.py",
               "plugin/llmgate/device/__init__.py", "plugin/llmgate/device/hardware.py",
-              "plugin/llmgate/analysis/stats.py", "plugin/llmgate/runner/figures.py",
-              # the `gate` object's parts (gate.measure, gate.levers, the llmgate_boot value)
-              "plugin/llmgate/runner/measure.py", "plugin/llmgate/levers/shared.py", "plugin/llmgate/runner/boots.py"]
+              "plugin/llmgate/analysis/stats.py", "plugin/llmgate/runner/figures.py", "plugin/llmgate/runner/requests.py",
+              # the `gate` object's parts (gate.levers, the llmgate_boot value)
+              "plugin/llmgate/levers/shared.py", "plugin/llmgate/runner/boots.py"]
 
 
 def tool(name: str) -> list[str]:

@@ -1,9 +1,11 @@
 """The ``gate`` fixture's object: what a scenario is given (the matrix entry, its running
 server, exact-length prompts, the run's settings and the matrix), the ways to run a workload
-against the server, ``record(metric, values)``, which stores the values as the baseline store's
-entry and judges them against the compared baseline (``runner/recorder.py``), and ``note``;
-``measure`` holds the rest of the measuring tools and ``levers`` the figures shared between
-entries (``llmgate.levers.shared``).
+against the server (each accounting for its requests), ``record(metric, values)``, which stores
+the values as the baseline store's entry and judges them against the compared baseline
+(``runner/recorder.py``), what that baseline stored (``baseline_info``), the engine's own
+figures (``scrape``, ``record_engine_parts``), ``note``; and ``levers``, the figures shared
+between entries (``llmgate.levers.shared``).  What needs nothing of the test (building requests,
+a result's figures) is ``llmgate.requests`` and ``llmgate.figures``.
 
 This is llmgate's public API for scenarios (docs/api.md); the packaged scenarios
 (``llmgate.scenarios``) are written with it."""
@@ -17,13 +19,14 @@ import pytest
 
 from llmgate.load import steady as steady_state, workloads
 from llmgate.core import metrics
+from llmgate.engines import meters
 from llmgate.levers.shared import EntryLevers
 from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
 from llmgate.process.server import ServerHandle
 from llmgate.runner.duet import DuetSide, side_turn
-from llmgate.runner.measure import Measure
+from llmgate.runner import figures
 from llmgate.runner.recorder import Recorder
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
@@ -46,10 +49,7 @@ class Gate:
         if side is None:
             item.stash[RECORDER_KEY] = self._recorder   # the confirmation policy's, after the test's call
         boot = self._recorder.boot
-        self.measure = Measure(self._recorder, gate_run.settings, lambda: self.entry, lambda: self.server,
-                               lambda: self.prompts, lambda: gate_run.matrix)
-        """Building requests, reading results, the engine's /metrics, the GPU sampler, the client's
-        processes, and the recording pipeline's other offers (``runner/measure.py``)."""
+        self._http: Any = None                  # scrape's client, one per test
         self.levers = EntryLevers(gate_run.figures, self._recorder.entry, lambda: gate_run.matrix,
                                   self._recorder.record, self._recorder.note, int(boot) if boot is not None else None,
                                   waiting=side.parked if side is not None else None)
@@ -168,9 +168,10 @@ class Gate:
 
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
                raw: dict[str, Any] | None = None, *, parts: dict[str, Verdict] | None = None,
-               sampling: float | None = None, requests: int | None = None, **info: Any) -> Verdict | None:
+               sampling: float | None = None, requests: int | None = None, regime: dict[str, Any] | None = None,
+               **info: Any) -> Verdict | None:
         """Record ``values``: this boot's repeat-level measurements in the metric's natural unit.
-        ``parts`` (a TTFT's: ``measure.record_engine_parts``' verdicts) adds where the time went to the verdict.
+        ``parts`` (a TTFT's: ``record_engine_parts``' verdicts) adds where the time went to the verdict.
         ``sampling`` (with ``requests``): where this boot's value is one statistic over many requests
         (``values`` of one), the log-scale variance of that statistic from resampling them
         (``stats.sampling_log_var``): the sampling part of its noise, kept apart from the boot part.
@@ -179,9 +180,45 @@ class Gate:
         (None is returned); on boot K all K go into the baseline store as one entry and are judged
         against the stored baseline's boots, if one is compared with and its fingerprint matches.  In
         A/B mode (``--llmgate-ab``) the boots alternate between the two sides, and on the last one side
-        B's boots are judged against side A's of this run (a same-run comparison)."""
+        B's boots are judged against side A's of this run (a same-run comparison).
+
+        ``regime`` (``llmgate.device.classify``'s): what bounds this entry, shown beside every verdict of
+        the entry from here on, and stored with this figure (as its ``regime`` info)."""
+        if regime is not None:
+            self._recorder.set_regime(regime)
+            info = {**info, "regime": regime}
         return self._recorder.record(metric, values, variant, raw, parts=parts, sampling=sampling,
                                      requests=requests, **info)
+
+    def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
+        """What the compared baseline stored with ``metric`` (at ``variant``: its ``info``), when it is
+        comparable; None otherwise (a save run, no baseline, another setup)."""
+        return self._recorder.baseline_info(metric, variant)
+
+    def record_engine_parts(self, result: SteadyResult, variant: str | None = None) -> dict[str, Verdict]:
+        """Record the engine's own timers over a steady window and the front end's share of TTFT
+        (``llmgate.figures.engine_parts``, one value per repeat) as metrics of this test
+        (``engine_ttft``, ``engine_queue``, ``engine_prefill``, ``engine_tpot``, ``engine_e2e``,
+        ``frontend_ttft``); their verdicts by part, to pass as a TTFT's ``record(..., parts=)``."""
+        out = {}
+        for part, values in figures.engine_parts(result, self.server.engine, self.settings.repeats).items():
+            metric = metrics.ENGINE_PART_METRICS.get(part)
+            if metric is None or not values:
+                continue
+            v = self._recorder.record(metric, values, variant)
+            if v is not None:
+                out[part] = v
+        return out
+
+    def scrape(self, deferred: bool = False) -> meters.Scrape:
+        """The engine's own /metrics now (``llmgate.figures.delta(before, after)`` gives what
+        changed); ``deferred``: kept as text and parsed when first read (a loop that reads it after
+        every request)."""
+        h = self.server
+        if self._http is None:
+            import httpx
+            self._http = httpx.Client(timeout=60)
+        return meters.scrape(self._http, h.base_url, h.engine.metrics_path, h.auth_headers(), deferred)
 
     def note(self, text: str) -> None:
         """Something the reader of the results must know (an unsupported figure…): shown in the summary."""

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import llmgate
-from llmgate import figures, metrics
+from llmgate import figures, metrics, requests
 
 # client TTFT − engine TTFT, median over repeats, at c=1.  What it holds is the client and the API
 # server's own path (HTTP, the handler before the engine's clock starts, the streamed event back).
@@ -37,16 +37,16 @@ def test_client_overhead(gate):
     me = psutil.Process()
     summary = {}
     for n in (1, 8, 16):
-        gate.run(gate.measure.fresh_requests(n, 128, 32, f"overhead-warm-{n}"), n, account=False)
+        gate.run(requests.fresh(h, gate.prompts, n, 128, 32, f"overhead-warm-{n}"), n, account=False)
         overheads, cpu_shares = [], []
         for r in range(st.repeats):
-            reqs = gate.measure.fresh_requests(max(2 * n, 4), 128, 32, f"overhead-c{n}-{r}")
-            before = gate.measure.scrape()
+            reqs = requests.fresh(h, gate.prompts, max(2 * n, 4), 128, 32, f"overhead-c{n}-{r}")
+            before = gate.scrape()
             procs = [me, *(psutil.Process(pid) for pid in figures.client_pids())]
             cpu0, t0 = [cpu(p) for p in procs], time.perf_counter()
             res = gate.run(reqs, n)
             cpu1, wall = [cpu(p) for p in procs], time.perf_counter() - t0
-            after = gate.measure.scrape()
+            after = gate.scrape()
             server = h.engine.server_ttft(figures.delta(before, after))
             if server is None:
                 pytest.skip(f"{h.engine.name} exposes no server-side TTFT to compare the client with")

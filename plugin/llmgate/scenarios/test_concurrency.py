@@ -6,7 +6,7 @@ Aggregate tok/s counts the tokens emitted inside the window; latency percentiles
 requests that lived inside it.  And the same load as users make it: Poisson arrivals at
 `[scenarios] arrival_rate` requests/s (like `vllm bench serve --request-rate`), where TTFT is
 what a user waits.  Both measured on each of the entry's boots, with the engine's own timers over
-the same window beside the client's figures (``gate.measure.record_engine_parts``).  An entry whose
+the same window beside the client's figures (``gate.record_engine_parts``).  An entry whose
 ``reference`` is another engine (the seed's vLLM-vs-SGLang comparison, `matrices/gpu-engines-1gpu.toml`)
 also gets its aggregate tok/s ÷ the reference's, measured in the same session (`engine_vs_reference`),
 and its TTFT p95 ÷ the reference's (`engine_ttft_p95_vs_reference`, lower is better: the seed's
@@ -20,7 +20,7 @@ OUTPUT_TOKENS = 64
 
 
 def _measure(gate, variant, concurrency, rate=None):
-    with gate.measure.gpu_sampler() as gpu:
+    with device.GpuSampler(enabled=gate.entry.device == "gpu") as gpu:
         result = gate.steady(PROMPT_TOKENS, OUTPUT_TOKENS, concurrency, rate=rate, seed=f"conc-{variant}",
                              label=variant)
     info = {"window": result.window_info()}
@@ -39,7 +39,7 @@ def test_concurrency(gate):
     aggregate = figures.repeat_values(result, "aggregate_tok_s", repeats)
     gate.record(metrics.AGGREGATE_TOK_S, aggregate, variant, raw=result.raw(), **info)
     gate.levers.versus_reference_engine(aggregate, variant)      # an entry whose reference is another engine
-    parts = gate.measure.record_engine_parts(result, variant)
+    parts = gate.record_engine_parts(result, variant)
     gate.record(metrics.TTFT_P50, figures.repeat_values(result, "ttft_p50", repeats), variant, parts=parts)
     ttft_p95 = figures.repeat_values(result, "ttft_p95", repeats)
     gate.record(metrics.TTFT_P95, ttft_p95, variant, parts=parts)
@@ -52,7 +52,7 @@ def test_arrival_rate(gate):
     rate, repeats = gate.matrix.scenarios.rate(gate.entry.device), gate.settings.repeats
     variant = f"rate{rate:g}"
     result, info = _measure(gate, variant, gate.settings.concurrency, rate)
-    parts = gate.measure.record_engine_parts(result, variant)
+    parts = gate.record_engine_parts(result, variant)
     gate.record(metrics.TTFT_P50, figures.repeat_values(result, "ttft_p50", repeats), variant, raw=result.raw(),
                 parts=parts, **info)
     gate.record(metrics.TTFT_P95, figures.repeat_values(result, "ttft_p95", repeats), variant, parts=parts)

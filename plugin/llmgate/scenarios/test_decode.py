@@ -20,7 +20,7 @@ OUTPUT_TOKENS = 256
 def test_decode_c1(gate):
     cfg, h = gate.entry, gate.server
     on_gpu = cfg.device == "gpu"
-    with gate.measure.gpu_sampler() as gpu, h.cpu_meter() as cpu:
+    with device.GpuSampler(enabled=on_gpu) as gpu, h.cpu_meter() as cpu:
         result = gate.steady(PROMPT_TOKENS, OUTPUT_TOKENS, 1, seed="decode", label="decode c=1")
     assert {x.prompt_tokens for x in result.ok} == {PROMPT_TOKENS}
     assert {x.completion_tokens for x in result.ok} == {OUTPUT_TOKENS}
@@ -39,12 +39,11 @@ def test_decode_c1(gate):
         for line in device.sampling_notes(extra["gpu_sampling"], "decode"):
             gate.note(line)
     regime = device.classify(cfg.device, roof, extra.get("gpu_sampling"), extra["engine_cpu"])
-    gate.measure.set_regime(regime)
-    extra["regime"] = regime
+    extra["regime"] = regime             # the entry's regime, beside its verdicts (gate.record's regime=)
     if regime.get("decided_by"):
         gate.note(f"regime {regime['regime']}: {regime['decided_by']}")
     gate.record(metrics.DECODE_TOK_S, figures.repeat_values(result, "decode_tok_s", gate.settings.repeats),
                 raw=result.raw(), **extra)
     # the engine's own timers over the window (its TPOT is decode's part); no TTFT row here: this window
     # holds a few first tokens a boot (~8 on a GPU), test_latency.py's ttft_c1 measures TTFT on purpose
-    gate.measure.record_engine_parts(result)
+    gate.record_engine_parts(result)

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 import llmgate
-from llmgate import figures, metrics, stats
+from llmgate import figures, metrics, requests, stats
 
 
 def _rse(values, statistic):
@@ -53,22 +53,22 @@ def test_ttft_c1(gate):
             continue
         variant = f"p{prompt}"
         # warm-up: the first requests of a shape compile, capture or allocate
-        gate.run(gate.measure.fresh_requests(max(2, st.warmup), prompt, out_tokens, f"ttft-warm-{variant}"), 1, account=False)
+        gate.run(requests.fresh(h, gate.prompts, max(2, st.warmup), prompt, out_tokens, f"ttft-warm-{variant}"), 1, account=False)
         ttfts: list[float] = []
         # the engine's own timers request by request: its /metrics read after every request (a histogram's
         # sum and count move by that request alone), kept as text and parsed after the loop, so that the
         # parsing (and the objects it makes) takes nothing from the requests' turns
-        before = gate.measure.scrape() if engine_metrics else None
+        before = gate.scrape() if engine_metrics else None
         readings: list[tuple[list[float], Any]] = []     # each request's client TTFTs and the reading after it
         t0 = time.perf_counter()
         i = 0
         while True:
-            res = gate.run(gate.measure.fresh_requests(1, prompt, out_tokens, f"ttft-{variant}-r{i}"), 1,
+            res = gate.run(requests.fresh(h, gate.prompts, 1, prompt, out_tokens, f"ttft-{variant}-r{i}"), 1,
                            label=f"TTFT c=1 {variant}")
             batch_ttfts = [s.ttft for s in res.ok if s.ttft is not None]
             ttfts += batch_ttfts
             if before is not None:
-                readings.append((batch_ttfts, gate.measure.scrape(deferred=True)))
+                readings.append((batch_ttfts, gate.scrape(deferred=True)))
             i += 1
             n, age = len(ttfts), time.perf_counter() - t0
             if n >= size["latency_max_requests"] or age >= size["latency_max_s"]:
@@ -137,7 +137,7 @@ def test_poisson_load(gate):
     capacity = None
     for pct in sc.poisson_load_percent:
         variant = f"load{pct}"
-        stored = gate.measure.baseline_info(metrics.TTFT_P50, variant) or {}
+        stored = gate.baseline_info(metrics.TTFT_P50, variant) or {}
         if stored.get("arrival_rate_rps"):
             rate, source = float(stored["arrival_rate_rps"]), "the compared baseline's rate"
         else:
@@ -157,7 +157,7 @@ def test_poisson_load(gate):
         info = {"arrival_rate_rps": rate, "rate_source": source, "capacity_rps": capacity, "request_count": len(window),
                 "window_s": round(b - a, 3), "goodput_targets_ms": targets, "window": result.window_info()}
         gate.note(f"Poisson {variant}: {rate:.2f} req/s ({source}), {len(window)} requests in {b - a:.1f} s")
-        parts = gate.measure.record_engine_parts(result, variant)
+        parts = gate.record_engine_parts(result, variant)
         for metric, q in ((metrics.TTFT_P50, 50), (metrics.TTFT_P95, 95), (metrics.TTFT_P99, 99)):
             gate.record(metric, [stats.percentile(ttfts, q)], variant, sampling=stats.sampling_log_var(ttfts, q),
                         requests=len(ttfts), parts=parts, **(info if q == 50 else {}))

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import llmgate
-from llmgate import figures, metrics
+from llmgate import figures, metrics, requests
 
 OUTPUT_TOKENS = 4
 WARM_PER_ROUND = 3
@@ -32,7 +32,7 @@ def test_prefix_cache(gate):
 
     def one(n_prefix, prefix_seed, suffix_seed):
         prompt = pm.shared_prefix(n_prefix, sc.prefix_suffix_tokens, prefix_seed, suffix_seed)
-        req = gate.measure.request(prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
+        req = requests.request(h, prompt, OUTPUT_TOKENS, prompt_tokens=n_prefix + sc.prefix_suffix_tokens)
         return gate.run([req], 1).ok[0]
 
     gate.sequential(64, OUTPUT_TOKENS, 0, seed="prefix-warm")
@@ -50,12 +50,12 @@ def test_prefix_cache(gate):
             # with the cache off (a new 2-core machine, and an idle one here beside others' tests).
             one(n, f"{prefix}-before", "cold")
             cold, warm = [one(n, prefix, "cold")], []
-            before = gate.measure.scrape()
+            before = gate.scrape()
             for k in range(WARM_PER_ROUND):
                 warm.append(one(n, prefix, f"warm-{k}"))
                 if k < WARM_PER_ROUND - 1:
                     cold.append(one(n, f"{prefix}-other-{k}", "cold"))
-            after = gate.measure.scrape()
+            after = gate.scrape()
             colds += [c.ttft for c in cold]
             warms += [w.ttft for w in warm]
             reductions.append(1.0 - statistics.median([w.ttft for w in warm]) / statistics.median([c.ttft for c in cold]))

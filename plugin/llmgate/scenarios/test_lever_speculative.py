@@ -25,13 +25,13 @@ import statistics
 import pytest
 
 import llmgate
-from llmgate import figures, metrics
+from llmgate import figures, metrics, requests
 
 
 @llmgate.scenario("speculative", boots=True)
 def test_speculative_decoding(gate):
     cfg = gate.levers.require("speculative")
-    sc, st, h = gate.matrix.scenarios, gate.settings, gate.server
+    sc, st, h, pm = gate.matrix.scenarios, gate.settings, gate.server, gate.prompts
     ref, ref_figures = gate.levers.reference("speculative")
     if cfg.speculative and ref is None:
         pytest.fail(f"{cfg.id}: a speculative entry needs `reference` = the same model without speculation")
@@ -47,25 +47,25 @@ def test_speculative_decoding(gate):
     # point (a new machine proposed none at p64), so such an entry measures the lookup workload:
     # every pair of a few words is in the prompt and generation is restricted to those words, so
     # every step ends in a pair seen before and the drafter proposes, whatever the model emits
-    # (gate.measure.lookup_requests).  Its reference measures that workload too, beside the plain one
+    # (llmgate.requests.lookup).  Its reference measures that workload too, beside the plain one
     # that the other entries (a draft model, whose drafts are not restricted) are compared with.
-    lookup = gate.measure.lookup_workload()
+    lookup = requests.lookup_workload(cfg, h, gate.matrix)
     workloads = []
     for n_prompt in sc.spec_prompt_tokens:
         if n_prompt + sc.spec_output_tokens > cfg.max_model_len:
             continue
         if not (lookup and cfg.speculative):
-            workloads.append((f"p{n_prompt}", n_prompt, gate.measure.fresh_requests))
+            workloads.append((f"p{n_prompt}", n_prompt, requests.fresh))
         if lookup:
-            workloads.append((f"lookup-p{n_prompt}", n_prompt, gate.measure.lookup_requests))
+            workloads.append((f"lookup-p{n_prompt}", n_prompt, requests.lookup))
     for variant, n_prompt, make in workloads:
         if st.warmup:
-            gate.run(make(st.warmup, n_prompt, sc.spec_output_tokens, f"spec-warm-{variant}"), 1, account=False)
+            gate.run(make(h, pm, st.warmup, n_prompt, sc.spec_output_tokens, f"spec-warm-{variant}"), 1, account=False)
         acceptances, samples = [], []
         for r in range(st.repeats):
-            before = gate.measure.scrape()
-            res = gate.run(make(1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
-            after = gate.measure.scrape()
+            before = gate.scrape()
+            res = gate.run(make(h, pm, 1, n_prompt, sc.spec_output_tokens, f"spec-{variant}-{r}"), 1)
+            after = gate.scrape()
             samples += res.ok
             acceptances.append(h.engine.spec_acceptance(figures.delta(before, after)))
         tok_s = [s.decode_tok_s for s in samples]

@@ -33,7 +33,7 @@ def test_greedy_determinism(gate):
         same.append(1.0 if pos is None else 0.0)
         assert pos is None, (f"prompt {i}: two greedy runs on one server differ at position {pos}:\n"
                              f"  first:  {first.text!r}\n  second: {second.text!r}")
-    base = gate.measure.baseline_info(metrics.GREEDY)
+    base = gate.baseline_info(metrics.GREEDY)
     gate.record(metrics.GREEDY, same, outputs=outputs)
     if base is None or "outputs" not in base:
         return

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings, strategies as st
 
 import llmgate
-from llmgate import quality
+from llmgate import quality, requests
 
 TAIL = 8        # tokens of each prompt's own, after the prefix all examples share
 
@@ -53,8 +53,8 @@ def test_prompt_length_limits(gate):
            concurrency=st.integers(1, 4))
     def prop(prompt_len, max_tokens, concurrency):
         tried.append((prompt_len, max_tokens, concurrency))
-        reqs = [gate.measure.request(prompt(prompt_len, f"{prompt_len}-{max_tokens}-{k}"), max_tokens,
-                             prompt_tokens=prompt_len) for k in range(concurrency)]
+        reqs = [requests.request(h, prompt(prompt_len, f"{prompt_len}-{max_tokens}-{k}"), max_tokens,
+                                 prompt_tokens=prompt_len) for k in range(concurrency)]
         note("reproduce: " + quality.as_curl(h, {**reqs[0].payload, "stream": True}))
         samples = gate.run(reqs, concurrency, account=False).samples   # judged below, failures included
         for s in samples:
