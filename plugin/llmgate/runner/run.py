@@ -29,7 +29,7 @@ from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
 from llmgate.levers.shared import SharedFigures
 from llmgate.runner.pool import ServerPool
-from llmgate.runner.recorder import judge_cut_duets
+from llmgate.runner.recorder import BootFigures, judge_cut_duets
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
@@ -61,12 +61,9 @@ class GateRun:
         self.report_files: list[Path] = []
         self.not_saved: list[str] = []                  # why the baseline was not saved (one line each)
         self.started = time.time()
-        # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
-        self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+        # (entry, test, metric key) → measurement boot → what that boot measured (values, raw samples, sampling)
+        self.boot_figures: dict[tuple[str, str, str], dict[int, BootFigures]] = {}
         self.entry_seconds: dict[str, float] = {}     # wall seconds of each entry's tests (the run history keeps them)
-        self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
-        # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
-        self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
         # (entry, test) → (requests, failed) of its measurement boots before the last: their row is the last boot's
         self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
@@ -231,7 +228,7 @@ class GateRun:
         return FinishedRun(
             started=self.started, worker=self.worker, argv=tuple(self.config.invocation_params.args),
             verdicts=tuple(self.verdicts), boots={cid: list(bs) for cid, bs in self.boots.items()},
-            boot_values={k: {n: list(vs) for n, vs in by_boot.items()} for k, by_boot in self.boot_values.items()},
+            boot_values={k: {n: list(f.values) for n, f in by_boot.items()} for k, by_boot in self.boot_figures.items()},
             entry_seconds=dict(self.entry_seconds), entry_ids=tuple(e.id for e in entries),
             config_details={e.id: e.describe() for e in entries}, model_hashes=hashes,
             notes=tuple(self.notes), not_saved=tuple(self.not_saved), summary=self.summary,
