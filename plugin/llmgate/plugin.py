@@ -410,5 +410,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config):
     finally:
         gs = config.stash.get(RUN_KEY, None)
         if gs is not None:
-            reports.terminal_section(terminalreporter, gs, hidden, config.getoption("llmgate_reference"),
-                                    config.rootpath / config.getini("llmgate_baselines") / "reference")
+            reports.terminal_section(terminalreporter, gs.record or gs.finished_run(), hidden,
+                                     config.getoption("llmgate_reference"),
+                                     config.rootpath / config.getini("llmgate_baselines") / "reference")

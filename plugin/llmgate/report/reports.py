@@ -10,17 +10,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tabulate import tabulate
 
 from llmgate.config.ids import LEVER_OFF, entry_scope
-from llmgate.config.matrix import Matrix
 from llmgate.core.metrics import FAILED_SHARE
 from llmgate.engines.base import engine_label
 from llmgate.analysis.verdict import (INCONCLUSIVE, IMPROVED, NO_BASELINE, REFUSED, REGRESSED, UNCHANGED, Verdict,
                                       mde_pct)
 from llmgate.report import outcome as outcomes
+from llmgate.store.finished import FinishedRun
 
 STATUSES = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE, NO_BASELINE, REFUSED)
 
@@ -449,28 +449,14 @@ def _write(path: Path, text: str) -> None:
 
 
 # -- the terminal -----------------------------------------------------------------------------
-class ReportedSession(Protocol):
-    """What llmgate's terminal section shows of a finished run (``llmgate.runner.run.GateRun``):
-    a protocol here, so that the reports do not import the runner above them."""
-
-    verdicts: list[Verdict]
-    boots: dict[str, list[dict[str, Any]]]
-    notes: list[str]
-    summary: dict[str, Any] | None
-    report_files: list[Path]
-
-    @property
-    def matrix(self) -> Matrix: ...
-
-
-def skipped_entries(terminalreporter, gs: ReportedSession) -> list[tuple[str, bool]]:
+def skipped_entries(terminalreporter, entry_ids: Iterable[str]) -> list[tuple[str, bool]]:
     """Why tests of matrix entries were skipped, one line per entry and reason, with how many: (line,
     whole) where ``whole`` says that none of the entry's tests ran (every GPU entry on a machine
     without a GPU).  The levers an entry does not enable are one line: "small-cpu: 12 test(s)
-    skipped: lever 'quality' is not enabled for this entry"."""
-    try:
-        ids = [e.id for e in gs.matrix.entries]
-    except ValueError:             # a matrix that did not load (MatrixError)
+    skipped: lever 'quality' is not enabled for this entry".  ``entry_ids``: the matrix's entries
+    (none when it did not load)."""
+    ids = list(entry_ids)
+    if not ids:
         return []
     ran: set[str] = set()
     counts: dict[tuple[str, str], int] = {}
@@ -498,20 +484,21 @@ def skipped_entries(terminalreporter, gs: ReportedSession) -> list[tuple[str, bo
     return out
 
 
-def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, reference_name: str | None, reference_dir: Path) -> None:
-    """llmgate's section at the end of the terminal output: the run's outcome (what was not gated,
-    what is inconclusive), the engine builds compared, the tests skipped and why, the boots, the
-    verdict table (at most 120 columns) and its legend, notes, the reference figures asked for, the
-    report files, the regressions."""
-    boots = gs.boots                                        # the workers' too, under pytest-xdist
-    verdicts = list(gs.verdicts)
-    skipped = skipped_entries(terminalreporter, gs)
-    not_saved = list(getattr(gs, "not_saved", None) or [])
-    if not (verdicts or boots or skipped or not_saved or gs.report_files):
+def terminal_section(terminalreporter, run: FinishedRun, hidden: int, reference_name: str | None,
+                     reference_dir: Path) -> None:
+    """llmgate's section at the end of the terminal output, from the record of the finished run: the
+    run's outcome (what was not gated, what is inconclusive), the engine builds compared, the tests
+    skipped and why, the boots, the verdict table (at most 120 columns) and its legend, notes, the
+    reference figures asked for, the report files, the regressions."""
+    boots = run.boots                                       # the workers' too, under pytest-xdist
+    verdicts = list(run.verdicts)
+    skipped = skipped_entries(terminalreporter, run.entry_ids)
+    not_saved = list(run.not_saved)
+    if not (verdicts or boots or skipped or not_saved or run.report_files):
         return
     tr = terminalreporter
     tr.section("llmgate")
-    rep = gs.summary
+    rep = run.summary
     if rep is not None:
         o = outcomes.outcome(rep)
         colour = {{outcomes.GOOD: "green", outcomes.WARN: "yellow"}.get(o.severity, "red"): True}
@@ -545,23 +532,23 @@ def terminal_section(terminalreporter, gs: ReportedSession, hidden: int, referen
             tr.write_line("")
             tr.write_line("noise of the latency figures (sampling: the requests a boot drew; boot: what a boot adds):")
             tr.write_line(noise)
-    if gs.notes:
+    if run.notes:
         tr.write_line("")
         tr.write_line("notes:")
-        for n in gs.notes:
+        for n in run.notes:
             tr.write_line("  " + n)
-    if verdicts and reference_name and gs.summary:
+    if verdicts and reference_name and run.summary:
         from llmgate.report import reference
         tr.write_line("")
         try:
             tr.write_line(reference.table(reference.load(reference_name, (reference_dir,)),
-                                          gs.summary))
+                                          run.summary))
         except (FileNotFoundError, ValueError) as e:
             tr.write_line(f"llmgate: --llmgate-reference: {e}", red=True)
-    if gs.report_files:
+    if run.report_files:
         tr.write_line("")
-        tr.write_line("reports: " + ", ".join(str(f) for f in gs.report_files))
-        page = next((f for f in gs.report_files if Path(f).name == "report.html"), None)
+        tr.write_line("reports: " + ", ".join(str(f) for f in run.report_files))
+        page = next((f for f in run.report_files if Path(f).name == "report.html"), None)
         if page is not None:
             tr.write_line(f"report page: {page} (open it in a browser: verdicts, charts, run history)")
     regressed = [v for v in verdicts if v.failed]

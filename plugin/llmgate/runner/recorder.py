@@ -30,6 +30,18 @@ if TYPE_CHECKING:
     from llmgate.runner.run import GateRun
 
 
+@dataclasses.dataclass(frozen=True)
+class BootFigures:
+    """What one measurement boot (``--llmgate-boots K``) measured of one figure: its repeat values,
+    their raw samples (``gate.record(raw=)``), and the boot value's sampling variance (log scale)
+    over its requests, where it is one statistic over them."""
+
+    values: list[float]
+    raw: Any = None
+    sampling: float | None = None
+    requests: float | None = None
+
+
 def _requests(samp: dict[int, tuple[float | None, float | None]], boots: list[int]) -> list[float]:
     """The request counts of those boots that recorded one (``record(..., requests=)``)."""
     return [float(r) for k in boots if (r := samp[k][1])]
@@ -87,9 +99,7 @@ class Recorder:
         if mb is not None and cfg is not None:
             k, n_boots = int(mb), mb.of
             slot = (cfg.id, test, key)
-            self._run.boot_values.setdefault(slot, {})[k] = values
-            self._run.boot_raw.setdefault(slot, {})[k] = raw
-            self._run.boot_sampling.setdefault(slot, {})[k] = (sampling, requests)
+            self._run.boot_figures.setdefault(slot, {})[k] = BootFigures(values, raw, sampling, requests)
             if k < n_boots:
                 side = mb.side
                 self._run.say(f"llmgate: {cfg.id} {key}: boot {k} of {n_boots}"
@@ -99,11 +109,11 @@ class Recorder:
                                     if sampling is not None and requests else "")
                                  + f"); judged after boot {n_boots}")
                 return None
-            done = self._run.boot_values[slot]
-            boots = [done[i] for i in sorted(done)]
-            samp = dict(self._run.boot_sampling[slot])
-            if any(self._run.boot_raw[slot].get(i) is not None for i in done):
-                raw = {"boots": [self._run.boot_raw[slot].get(i) for i in sorted(done)]}
+            done = self._run.boot_figures[slot]
+            boots = [done[i].values for i in sorted(done)]
+            samp = {i: (f.sampling, f.requests) for i, f in done.items()}
+            if any(f.raw is not None for f in done.values()):
+                raw = {"boots": [done[i].raw for i in sorted(done)]}
         if mb is not None and cfg is not None and mb.plan.sides:
             return self._record_ab(metric, key, cfg, test, mb, raw, samp, parts, info)
         fp = self._fingerprint()
@@ -185,7 +195,7 @@ class Recorder:
         its drift are the same on both sides).  B's boots are what a --benchmark-save stores; a stored
         baseline, when one is compared with, is only set beside side A (what the machine's offset is)."""
         slot = (cfg.id, test, key)
-        done = self._run.boot_values[slot]
+        done = {k: f.values for k, f in self._run.boot_figures[slot].items()}
         plan = mb.plan
         side = {k: s[0] for k in range(1, plan.total + 1) if (s := plan.side(k)) is not None}
         a_name, b_name = plan.sides[0][0], plan.sides[1][0]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from llmgate.store import baseline as baseline_store, fingerprint as fingerprints
+from llmgate.store.finished import FinishedRun
 from llmgate.device import hardware
 from llmgate.core import metrics
 from llmgate.report import outcome, reports
@@ -28,7 +29,7 @@ from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
 from llmgate.levers.shared import SharedFigures
 from llmgate.runner.pool import ServerPool
-from llmgate.runner.recorder import judge_cut_duets
+from llmgate.runner.recorder import BootFigures, judge_cut_duets
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
@@ -60,12 +61,9 @@ class GateRun:
         self.report_files: list[Path] = []
         self.not_saved: list[str] = []                  # why the baseline was not saved (one line each)
         self.started = time.time()
-        # (entry, test, metric key) → measurement boot → that boot's repeat values (and raw samples)
-        self.boot_values: dict[tuple[str, str, str], dict[int, list[float]]] = {}
+        # (entry, test, metric key) → measurement boot → what that boot measured (values, raw samples, sampling)
+        self.boot_figures: dict[tuple[str, str, str], dict[int, BootFigures]] = {}
         self.entry_seconds: dict[str, float] = {}     # wall seconds of each entry's tests (the run history keeps them)
-        self.boot_raw: dict[tuple[str, str, str], dict[int, Any]] = {}
-        # (entry, test, metric key) → measurement boot → (the boot value's sampling variance, its requests)
-        self.boot_sampling: dict[tuple[str, str, str], dict[int, tuple[float | None, float | None]]] = {}
         # (entry, test) → (requests, failed) of its measurement boots before the last: their row is the last boot's
         self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
@@ -86,6 +84,7 @@ class GateRun:
         self.interrupted: dict[str, Any] | None = None              # report.json's "interrupted"
         self.running: str | None = None                             # the test in progress
         self.finished: set[str] = set()
+        self.record: FinishedRun | None = None        # the finished run as the layers below read it (finish)
         registry.record_servers_in(self.out_dir)                    # servers/<pid>.json while each runs
 
     # -- hooks of this run (registered as a plugin of its config) -------------------------
@@ -213,6 +212,28 @@ class GateRun:
             self.say(f"llmgate: {line}")
             self.note_once(line)
 
+    def finished_run(self) -> FinishedRun:
+        """The record of this run that the layers below read (``store.finished``): copies of what it
+        kept, taken once its verdicts are final (``finish``)."""
+        try:
+            entries = list(self.matrix.entries)
+        except MatrixError:
+            entries = []
+        hashes: dict[str, str | None] = {}
+        for cid in dict.fromkeys(v.config_id for v in self.verdicts if v.samples):
+            try:
+                hashes[cid] = self.pool.model_hash(self.matrix.by_id(cid))
+            except Exception:
+                hashes[cid] = None
+        return FinishedRun(
+            started=self.started, worker=self.worker, argv=tuple(self.config.invocation_params.args),
+            verdicts=tuple(self.verdicts), boots={cid: list(bs) for cid, bs in self.boots.items()},
+            boot_values={k: {n: list(f.values) for n, f in by_boot.items()} for k, by_boot in self.boot_figures.items()},
+            entry_seconds=dict(self.entry_seconds), entry_ids=tuple(e.id for e in entries),
+            config_details={e.id: e.describe() for e in entries}, model_hashes=hashes,
+            notes=tuple(self.notes), not_saved=tuple(self.not_saved), summary=self.summary,
+            report_files=tuple(self.report_files))
+
     def config_detail(self, cid: str) -> dict[str, Any] | None:
         try:
             return self.matrix.by_id(cid).describe()
@@ -234,10 +255,20 @@ class GateRun:
         return metric.min_effect
 
     def finish(self, session: pytest.Session) -> None:
-        """(pytest_sessionfinish) Stop every server, complete the notes, append the run history,
+        """(pytest_sessionfinish) Stop every server, complete the notes, build the run's record
+        (``record``: what the history and llmgate's terminal section read), append the run history,
         write report.json and summary.md (under pytest-xdist, on the controller: merged from the
         workers' reports, whose verdicts are rebuilt as Verdicts), and show the verdicts to
         ``pytest_llmgate_verdicts``."""
+        try:
+            self._finish(session)
+        finally:
+            if self.record is not None:         # completed with what the reports made of it
+                self.record = self.record.with_reports(
+                    verdicts=self.verdicts, boots=self.boots, notes=self.notes, not_saved=self.not_saved,
+                    summary=self.summary, report_files=self.report_files)
+
+    def _finish(self, session: pytest.Session) -> None:
         gs = self
         gs.interrupts.begin_stopping()          # a signal from here on hurries the stopping, never breaks it off
         if gs.interrupts.received and gs.interrupted is None:      # arrived after the last test
@@ -278,9 +309,10 @@ class GateRun:
                             f"and compare with --llmgate-boots 2 or more to see smaller changes")
         if not gs.worker and not distribution.workers(session.config):
             gs.gate_exit(session)
+        gs.record = record = gs.finished_run()      # the verdicts are final: what the history and the reports read
         try:
             from llmgate.store import history
-            written = history.record_run(gs, int(session.exitstatus))
+            written = history.record_run(record, session.config, int(session.exitstatus))
             if written:
                 say(session.config, f"llmgate: run history: {written}")
         except Exception as e:                                   # the run's results stand without it

@@ -43,13 +43,13 @@ import statistics
 import tempfile
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from llmgate.analysis import changepoint
 from llmgate.device import hardware
 from llmgate.analysis.verdict import Verdict
-from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.store import benchmark_files, fingerprint as fingerprints
+from llmgate.store.finished import FinishedRun
 
 SCHEMA = "llmgate-history/1"
 DEFAULT_DIR = Path(".llmgate") / "history"
@@ -155,32 +155,7 @@ def load(folder: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: (r["run"]["started"], r["run"]["id"]))
 
 
-# -- from a run (GateRun.finish, llmgate.runner.run, at the run's end) -----------------------
-class ModelHashes(Protocol):
-    def model_hash(self, cfg: ServerConfig) -> str | None: ...
-
-
-class RecordedRun(Protocol):
-    """What a record is made of: the part of a finished run (``llmgate.runner.run.GateRun``)
-    the history reads.  A protocol here, so that this layer does not import the runner above it."""
-
-    config: Any                                  # pytest.Config
-    started: float
-    worker: str | None
-    verdicts: list[Verdict]
-    boots: dict[str, list[dict[str, Any]]]
-    boot_values: dict[tuple[str, str, str], dict[int, list[float]]]
-    entry_seconds: dict[str, float]               # wall seconds of each entry's tests (boots included)
-
-    @property
-    def matrix(self) -> Matrix: ...
-
-    @property
-    def pool(self) -> ModelHashes: ...                # the run's servers (llmgate.runner.pool.ServerPool)
-
-    def config_detail(self, cid: str) -> dict[str, Any] | None: ...
-
-
+# -- from a run (its record, built by GateRun.finish at the run's end: store.finished) ---------
 def folder_for(config) -> Path | None:
     if config.getoption("llmgate_no_history", False):
         return None
@@ -191,24 +166,25 @@ def folder_for(config) -> Path | None:
     return config.rootpath / DEFAULT_DIR
 
 
-def run_series(gs: RecordedRun) -> list[dict[str, Any]]:
+def run_series(run: FinishedRun, config) -> list[dict[str, Any]]:
     """What the run recorded, one series per (entry, test, key): the repeat values of each
-    boot its verdicts rest on, with the provenance Gate.record stored beside them."""
+    boot its verdicts rest on, with the provenance Gate.record stored beside them (read from
+    pytest-benchmark's session of ``config``, pytest's)."""
     stored: dict[tuple[str, str], dict[str, Any]] = {}       # (entry, key) → extra_info of the stored entry
-    bs = benchmark_files.benchmark_session(gs.config)
+    bs = benchmark_files.benchmark_session(config)
     for meta in (getattr(bs, "benchmarks", None) or []):
         info = (getattr(meta, "extra_info", None) or {}).get(benchmark_files.EXTRA_KEY) or {}
         cid = (info.get("config") or {}).get("id")
         if cid and info.get("key"):
             stored[(cid, info["key"])] = info
     out = []
-    for v in gs.verdicts:
+    for v in run.verdicts:
         if not v.samples or v.metric.name == "failed_share" or v.baseline_in_run:
             continue
         info = stored.get((v.config_id, v.key)) or {}
         fp = info.get("fingerprint") or {}
-        config = gs.config_detail(v.config_id)
-        boots = gs.boots.get(v.config_id) or [{}]
+        detail = run.config_detail(v.config_id)
+        boots = run.boots.get(v.config_id) or [{}]
         engine = dict(fp.get("engine") or {"engine": boots[-1].get("engine"), "version": boots[-1].get("version"),
                                             "commit": None})
         eng_info = info.get("engine") or {}
@@ -216,14 +192,11 @@ def run_series(gs: RecordedRun) -> list[dict[str, Any]]:
             engine["distribution"] = eng_info["extra"]["distribution"]
         model_hash = fp.get("model_hash")
         if model_hash is None:
-            try:
-                model_hash = gs.pool.model_hash(gs.matrix.by_id(v.config_id))
-            except Exception:
-                model_hash = None
-        fconf = fp.get("config") if fp else fingerprints.portable_config(config, gs.config.rootpath)
+            model_hash = run.model_hashes.get(v.config_id)
+        fconf = fp.get("config") if fp else fingerprints.portable_config(detail, config.rootpath)
         prov = {"engine": engine, "device": fp.get("device") or _device_part(hardware.describe()),
-                "model_hash": model_hash, "config_fingerprint": config_fingerprint(fconf), "config": config}
-        boots_of_run = _boots_of(gs, v, info)
+                "model_hash": model_hash, "config_fingerprint": config_fingerprint(fconf), "config": detail}
+        boots_of_run = _boots_of(run, v, info)
         if not all(math.isfinite(x) and x > 0 for b in boots_of_run for x in b):
             continue                                   # the analysis is on the log scale
         series = make_series(v.config_id, v.test, v.key, v.metric.unit, v.metric.better, boots_of_run, prov)
@@ -233,13 +206,13 @@ def run_series(gs: RecordedRun) -> list[dict[str, Any]]:
     return out
 
 
-def _boots_of(gs: RecordedRun, v: Verdict, info: dict[str, Any]) -> list[list[float]]:
+def _boots_of(run: FinishedRun, v: Verdict, info: dict[str, Any]) -> list[list[float]]:
     """A verdict's repeat values per boot: as stored with the result (``boots``), else as the
     session kept them per measurement boot (``--llmgate-boots K``), else its samples as one boot."""
     stored = info.get("boots")
     if isinstance(stored, list) and stored and all(isinstance(b, list) and b for b in stored):
         return [[float(x) for x in b] for b in stored]
-    kept = (getattr(gs, "boot_values", None) or {}).get((v.config_id, v.test, v.key))
+    kept = run.boot_values.get((v.config_id, v.test, v.key))
     if kept:
         return [list(map(float, kept[k])) for k in sorted(kept)]
     return [list(map(float, v.samples))]
@@ -249,16 +222,17 @@ def _device_part(d: dict[str, Any]) -> dict[str, Any]:
     return {k: d.get(k) for k in ("cpu", "gpus", "driver") if d.get(k) is not None}
 
 
-def record_run(gs: RecordedRun, exit_status: int) -> Path | None:
-    """Append this run's record to the history folder (None: nothing measured, or disabled)."""
-    folder = folder_for(gs.config)
+def record_run(run: FinishedRun, config, exit_status: int) -> Path | None:
+    """Append the record of ``run`` to the history folder ``config``'s options choose (None: nothing
+    measured, or disabled)."""
+    folder = folder_for(config)
     if folder is None:
         return None
-    series = run_series(gs)
+    series = run_series(run, config)
     if not series:
         return None
-    rec = make_record(series, gs.started, argv=list(gs.config.invocation_params.args), worker=gs.worker,
-                      exit_status=exit_status, entry_seconds=gs.entry_seconds)
+    rec = make_record(series, run.started, argv=list(run.argv), worker=run.worker,
+                      exit_status=exit_status, entry_seconds=run.entry_seconds)
     return write(rec, folder)
 
 
