@@ -57,7 +57,6 @@ class Recorder:
         self._stored: list[Any] = []            # pytest-benchmark entries this test added
         self._first_measurement: list[Verdict] | None = None
         self.notes: list[str] = []
-        self._confirm = True
         self._request_counts = [0, 0]            # requests sent, failed (account)
 
     @property
@@ -397,16 +396,6 @@ class Recorder:
         self._request_counts = [0, 0]
         return v
 
-    def attach(self, verdicts: list[Verdict], confirm: bool = False) -> None:
-        """Verdicts judged elsewhere (A/B mode) become this test's: it fails if one regressed.
-        ``confirm=False``: no confirmation run (an A/B comparison controls drift by design)."""
-        test = getattr(self.item, "originalname", self.item.name)
-        for v in verdicts:
-            v = dataclasses.replace(v, test=test)
-            self.verdicts.append(v)
-            self._run.verdicts.append(v)
-        self._confirm = self._confirm and confirm
-
     def baseline_info(self, metric: metrics.Metric, variant: str | None = None) -> dict[str, Any] | None:
         """What the compared baseline stored with a metric (its extra_info), when it is comparable."""
         key = metric.name + (f"@{variant}" if variant else "")
@@ -445,10 +434,10 @@ class Recorder:
     @property
     def confirmable(self) -> bool:
         """Whether a regression of this test is re-measured once on a fresh server: not with
-        ``--llmgate-no-confirm``, not for verdicts judged elsewhere (``attach``), not where a verdict
+        ``--llmgate-no-confirm``, not where a verdict
         spans the entry's measurement boots already."""
         boot = self.boot
-        return self._run.settings.confirm and self._confirm and not (boot is not None and boot.of > 1)
+        return self._run.settings.confirm and not (boot is not None and boot.of > 1)
 
     @property
     def regressions(self) -> list[Verdict]:
@@ -512,12 +501,6 @@ class Recorder:
 
     def _fingerprint(self) -> dict[str, Any]:
         return self._run.entry_fingerprint(self.entry, self._handle())
-
-    def min_effect(self, metric: metrics.Metric, key: str) -> float:
-        """The minimum effect that counts for ``key`` (``metric.name`` or ``name@variant``) in this
-        test: ``--llmgate-min-effect``, then the test's ``@pytest.mark.llmgate(min_effect=…)``, then
-        the entry's ``min_effect``, then the metric's own."""
-        return self._run.min_effect(metric, key, self.entry, self.item)
 
     def _keep_gpu_sampling(self, key: str, test: str, mb: MeasurementBoot | None, gpus: dict[Any, Any]) -> None:
         """report.json's ``gpu_sampling``: what the GPU did while this figure was measured (its clocks,
