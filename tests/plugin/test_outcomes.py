@@ -138,7 +138,7 @@ def test_a_compare_with_no_baseline_is_not_gated_and_fails_the_run_unless_accept
 VERSION_CONFTEST = """
 from llmgate.runner import recorder
 
-_fingerprint = recorder.Recorder._fingerprint
+_fingerprint = recorder.Recorder.fingerprint
 
 
 def served_by_0_32(self):
@@ -148,7 +148,7 @@ def served_by_0_32(self):
     return fp
 
 
-recorder.Recorder._fingerprint = served_by_0_32
+recorder.Recorder.fingerprint = served_by_0_32
 """
 
 

@@ -239,6 +239,7 @@ def call(item: pytest.Function, gate_run: GateRun) -> bool:
     a thread with a ``gate`` (and ``llmgate_server``, ``llmgate_prompts``) of its side, the load
     interleaved by one ``Turns``.  False when the test is not a duet's (pytest calls it as usual).
     The first failure of either side is the test's; the other side is stopped at its next turn."""
+    from llmgate.runner.compare import duet as duet_compare
     from llmgate.runner.gate import RECORDER_KEY, Gate
 
     boot = duet_boot(item)
@@ -299,7 +300,7 @@ def call(item: pytest.Function, gate_run: GateRun) -> bool:
         turns.cancel()
         raise
     if not errors:
-        run.recorders[names[1]].finish_duet()          # what only one side recorded on the last pair
+        duet_compare.finish(run.recorders[names[1]])          # what only one side recorded on the last pair
     gate_run.say(f"llmgate: {item.nodeid}: duet turns {turns.summary()}")
     if errors:
         name, e = errors[0]

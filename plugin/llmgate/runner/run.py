@@ -8,7 +8,6 @@ import dataclasses
 import functools
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,8 @@ from llmgate.process.interrupts import Interrupts
 from llmgate.config.matrix import Matrix, MatrixError, ServerConfig
 from llmgate.levers.shared import SharedFigures
 from llmgate.runner.pool import ServerPool
-from llmgate.runner.recorder import BootFigures, judge_cut_duets
+from llmgate.runner.compare import duet as duet_compare
+from llmgate.runner.compare.figure import BootFigures
 from llmgate.runner.terminal import say
 from llmgate.runner.settings import Settings
 from llmgate.analysis.verdict import Verdict
@@ -67,15 +67,7 @@ class GateRun:
         # (entry, test) → (requests, failed) of its measurement boots before the last: their row is the last boot's
         self.request_counts: dict[tuple[str, str], tuple[int, int]] = {}
         self.stored_keys: dict[str, str] = {}           # baseline key → the test that recorded it
-        # a duet's figures (runner/recorder.py _record_duet): (entry, test, metric key) → boot pair → side →
-        # (repeat values, sampling variance, requests, raw samples)
-        self.duet_values: dict[tuple[str, str, str], dict[int, dict[str, list[tuple[Any, ...]]]]] = {}   # its rounds, in order
-        self.duet_pending: dict[tuple[str, str, str], dict[str, Any]] = {}     # recorded by one side on the last pair
-        self.duet_grain: dict[tuple[str, str, str], set[str]] = {}   # the turns' grain each figure rested on
-        # each duet figure's metric and the last recorder to record it: what judges the pairs both sides
-        # finished when an interrupt cuts the run before the last (recorder.judge_cut_duets)
-        self.duet_last: dict[tuple[str, str, str], tuple[Any, Any]] = {}
-        self.duet_lock = threading.Lock()
+        self.duets = duet_compare.DuetBook()           # a duet's figures until they are judged (runner/compare/duet.py)
         self.regimes: dict[str, dict[str, Any]] = {}   # entry → regime and the evidence for it
         # the GPU sampled while a test measured (report.json's gpu_sampling): entry, test, metric key, boot
         # (or boot pair), side, and per GPU its clocks, utilisation, memory and throttle reasons
@@ -290,7 +282,7 @@ class GateRun:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         gs.not_saved = list(not_saved)
         if gs.interrupted is not None:          # a duet cut short: what both sides finished is still judged
-            judge_cut_duets(gs)
+            duet_compare.judge_cut(gs)
         # the regime is known once an entry's decode window ran, maybe after its other verdicts
         gs.verdicts[:] = [dataclasses.replace(v, regime=gs.regimes[v.config_id]["regime"])
                           if not v.regime and v.config_id in gs.regimes else v for v in gs.verdicts]
