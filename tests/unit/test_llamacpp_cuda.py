@@ -107,8 +107,10 @@ def test_the_commit_of_a_build_without_git_metadata_comes_from_its_manifest(tmp_
     assert info.version == "0.5.0-dev build 0" and info.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
-def test_a_source_that_is_no_pack_is_one_line_exit_2(tmp_path, capsys):
-    """--source given the sdist, its folder or a path that is not there: one line naming what it takes."""
+def test_a_source_that_is_no_pack_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """--source given the sdist, its folder or a path that is not there: one line naming what it takes.
+    (A cache of its own: in the user's, it would wait for a build in progress and leave its failure there.)"""
+    monkeypatch.setenv("LLMGATE_CACHE", str(tmp_path / "cache"))
     tarball = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
     with tarfile.open(tarball, "w:gz") as tar:
         readme = tmp_path / "README.md"
