@@ -100,9 +100,50 @@ def test_step_line_carries_the_figures():
     s = bisect.Step(0, 1, bisect.REGRESSED, -0.3, (-0.35, -0.25), None, 3, "effect size only", "higher",
                     (100.0, 98.0, 101.0), (70.0, 69.0, 71.0), 0.1)
     line = bisect.step_line(s, ["a", "b"])
-    for part in ("b vs a", "-30.0%", "95% CI -35.0% … -25.0%", "3 rounds cannot reach p<0.05", "REGRESSED",
-                 "A boots 100, 98, 101", "B boots 70, 69, 71"):
-        assert part in line
+    for part in ("b vs a", "-30.0%", "95% CI -35.0% … -25.0%", "p n/a", "effect size only", "REGRESSED",
+                 "A 100, 98, 101", "B 70, 69, 71"):
+        assert part in line, line
+
+
+def step_args(**over):
+    import argparse
+    ap = argparse.ArgumentParser()
+    bisect.add_arguments(ap)
+    a = ap.parse_args(["--entry", "e", "/v/a/python", "/v/b/python", *over.pop("argv", [])])
+    return a
+
+
+def test_a_step_is_the_users_ab_run_of_the_scenario_that_records_the_metric(tmp_path):
+    """A step runs pytest as a user would: the packaged scenario that records the metric, the entry
+    alone, the two ENVs as --llmgate-ab's sides (a duet by default), K boot pairs."""
+    cmd = bisect.step_command(step_args(), "e", "/v/a/python", "/v/b/python", tmp_path)
+    assert cmd[1:3] == ["-m", "pytest"] and "--pyargs" in cmd and "llmgate.scenarios" in cmd
+    assert cmd[cmd.index("-k") + 1] == "e and test_decode_c1 and not sweep"
+    assert ["--llmgate-ab", "A=/v/a/python", "--llmgate-ab", "B=/v/b/python"] == cmd[cmd.index("--llmgate-ab"):][:4]
+    assert cmd[cmd.index("--llmgate-boots") + 1] == "3" and "--llmgate-ab-mode" not in cmd
+    assert cmd[cmd.index("--llmgate-out") + 1] == str(tmp_path) and "--llmgate-no-history" in cmd
+    alt = bisect.step_command(step_args(argv=["--metric", "ttft_p95@c8", "--rounds", "5", "--mode", "alternate",
+                                              "--min-effect", "0.2", "--matrix", "m.toml"]),
+                              "e", "/v/a/python", "/v/b/python", tmp_path)
+    assert alt[alt.index("-k") + 1] == "e and test_concurrency and not sweep"
+    assert alt[alt.index("--llmgate-boots") + 1] == "5" and alt[alt.index("--llmgate-ab-mode") + 1] == "alternate"
+    assert alt[alt.index("--llmgate-min-effect") + 1] == "ttft_p95=0.2" and alt[alt.index("--llmgate-matrix") + 1] == "m.toml"
+
+
+def test_a_steps_verdict_is_read_from_its_report_and_decided():
+    report = {"verdicts": [
+        {"key": "ttft_c1@p128", "status": "regressed", "change": 0.3, "ci95": [0.25, 0.35], "p_value": 0.001,
+         "min_effect": 0.1, "better": "lower", "comparison": "duet, 2 boot pairs", "method": "t-test on pair ratios",
+         "now": {"values": [13.0, 13.1]}, "baseline": {"values": [10.0, 10.1]}, "engine": "vllm 0.32.0",
+         "baseline_engine": "vllm 0.31.0"},
+        {"key": "ttft_c1@p2048", "status": "unchanged", "change": 0.0, "ci95": [-0.01, 0.01], "min_effect": 0.1,
+         "better": "lower", "now": {"values": [1.0]}, "baseline": {"values": [1.0]}}]}
+    assert bisect.step_verdict(report, "ttft_c1@p2048")["status"] == "unchanged"
+    v = bisect.step_verdict(report, "ttft_c1")            # no variant given: the first the step judged
+    assert v["key"] == "ttft_c1@p128"
+    assert bisect.decide(v["better"], v["change"], tuple(v["ci95"]), True, v["min_effect"]) == bisect.REGRESSED
+    with pytest.raises(KeyError, match="decode_tok_s.*ttft_c1@p128, ttft_c1@p2048"):
+        bisect.step_verdict(report, "decode_tok_s")
 
 
 def test_env_arguments_and_cached_venv_names(tmp_path, monkeypatch):

