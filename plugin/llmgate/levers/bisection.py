@@ -148,7 +148,7 @@ def step_line(s: Step, labels: Sequence[str]) -> str:
         vals = (f"; A {', '.join(f'{v:.4g}' for v in s.a_values)} | B "
                 f"{', '.join(f'{v:.4g}' for v in s.b_values)}")
     served = f" (served: A {s.versions[0]}, B {s.versions[1]})" if any(s.versions) else ""
-    return (f"{labels[s.b]} vs {labels[s.a]}{served}: change {f(s.change)} ({s.better} is better), {ci}, {p}, "
+    return (f"{labels[s.b]} vs {labels[s.a]}{served}: change {f(s.change)} ({s.better} is better), {ci}, {p}"
             + (f", {s.method}" if s.method else "")
             + f", min effect {s.min_effect:.0%} → {s.decision.upper()}"
             + (f" [{s.seconds:.0f} s]" if s.seconds else "") + vals)
@@ -204,12 +204,13 @@ def measure_step(a: argparse.Namespace, entry: str, launchers: Sequence[str], i:
     """One step: ENV ``j`` (side B) against ENV ``i`` (side A) in a pytest run of their own
     (``step_command``), its verdict read from the run's report.json."""
     import json
+    import shlex
     import subprocess
 
     folder = out / f"step-{i}-{j}"
     folder.mkdir(parents=True, exist_ok=True)
     cmd = step_command(a, entry, launchers[i], launchers[j], folder)
-    say(f"  pytest {' '.join(cmd[3:])}")
+    say("  " + shlex.join(["pytest", *cmd[3:]]))
     t0 = time.monotonic()
     with open(folder / "pytest.log", "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
