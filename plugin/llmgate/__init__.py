@@ -10,7 +10,7 @@ The public API for a team's own scenarios (docs/api.md):
   the built-in ones are in ``llmgate.metrics`` (``llmgate.metrics.DECODE_TOK_S`` …).
 
 The modules the lever and quality scenarios use are public under their documented names
-(``llmgate.ab``, ``llmgate.probe``, ``llmgate.quality``, ``llmgate.device``, ``llmgate.stats``,
+(``llmgate.probe``, ``llmgate.quality``, ``llmgate.device``, ``llmgate.stats``,
 ``llmgate.figures``, ``llmgate.requests``, ``llmgate.verdict``, ``llmgate.matrix``: ``from llmgate import ab``); they
 live in the layers of docs/architecture.md and are imported here on first use.
 
@@ -31,14 +31,14 @@ from llmgate.core.metrics import Metric
 if TYPE_CHECKING:
     from llmgate.analysis import stats as stats, verdict as verdict
     from llmgate.config import matrix as matrix
-    from llmgate.levers import ab as ab, probe as probe, quality as quality
+    from llmgate.levers import probe as probe, quality as quality
     from llmgate.runner import figures as figures, requests as requests
     from llmgate.runner.gate import Gate as Gate
 
 __all__ = ["Gate", "Metric", "metrics", "scenario"]
 
 # the documented modules (docs/api.md) by their public names, where they live now
-_PUBLIC_MODULES = {"ab": "llmgate.levers.ab", "probe": "llmgate.levers.probe", "quality": "llmgate.levers.quality",
+_PUBLIC_MODULES = {"probe": "llmgate.levers.probe", "quality": "llmgate.levers.quality",
                    "stats": "llmgate.analysis.stats", "verdict": "llmgate.analysis.verdict",
                    "figures": "llmgate.runner.figures", "requests": "llmgate.runner.requests",
                    "matrix": "llmgate.config.matrix",
@@ -46,7 +46,7 @@ _PUBLIC_MODULES = {"ab": "llmgate.levers.ab", "probe": "llmgate.levers.probe", "
 
 
 class _PublicNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import llmgate.ab`` and ``from llmgate.matrix import ServerConfig`` as docs/api.md writes
+    """``import llmgate.probe`` and ``from llmgate.matrix import ServerConfig`` as docs/api.md writes
     them: the public name is the module of its layer (the same object, imported on first use)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:

@@ -35,9 +35,10 @@ class DelayProxy:
         self._http: httpx.AsyncClient | None = None
         self.url = ""
 
-    def start(self) -> str:
+    def start(self, port: int = 0) -> str:
+        """Listen on 127.0.0.1:``port`` (0: a free one); the proxy's URL."""
         self._thread.start()
-        fut = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._handle, "127.0.0.1", 0), self._loop)
+        fut = asyncio.run_coroutine_threadsafe(asyncio.start_server(self._handle, "127.0.0.1", port), self._loop)
         self._server = fut.result(10)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"

@@ -1,39 +1,28 @@
-"""A/B mode against a real engine on the CPU (llama.cpp's llama-server: it boots in a second or
-two, where vLLM's CPU build takes ~30 s; the ten boots of this run took 630 s with vLLM), and the
-gate's self-validation:
+"""A/B mode against a real engine on the CPU, as a user runs it (``--llmgate-ab``, a duet by default),
+with llama.cpp's llama-server (it boots in a second or two, where vLLM's CPU build takes ~30 s), and
+the gate's self-validation on it:
 
-- A/A: the same engine environment on both sides gives no regression;
-- injected regression: the B boots measured a second time through a loopback proxy that
-  delays every decode step by 3 ms (20–50% slower decode here) are caught, paired repeat by
-  repeat with their direct measurement (the workload interleaves the two views of a boot).
-  Paired by boot (5 pairs, all of which must agree for p < 0.05) it failed CI twice: once
-  with the views measured one after the other (decode −17% in the median, p = 0.0625), once
-  interleaved (−13%, p = 0.0625 on decode, TTFT and aggregate alike).  The by-boot verdicts
-  are printed for the record.
+- A/A: the same llama-server binary as both sides reads no change;
+- injected regression: side B is the same binary behind a loopback proxy that delays every
+  streamed token by ``DELAY_S`` (``delayed_server.py``: a launcher, as a nightly build would be
+  given); its decode is flagged regressed, by about the injected size.
 
-One A/B run covers both: sides A and B (the same llama-server binary, given to each side as its
-launcher, as a pinned and a nightly build would be), boots alternating A B A B … (5 rounds: the
-fewest for which a paired test can reach p < 0.05).  The machinery is engine-agnostic (a side's
-launcher replaces the entry's; for a Python engine it is the interpreter, as in
-``llmgate bisect``).
+Both runs are the packaged decode scenario on K = 2 boot pairs, both servers resident, decode in
+rounds of windows paired round by round (``runner/compare/duet.py``).  ``llmgate bisect`` makes
+the same run at each step.  A duet of two real vLLM servers: tests/engine/test_duet_vllm.py."""
 
-Seen in CI with vLLM: against A's own boots, unpaired, the same injected slowdown (−21%) was NOT
-significant (p = 0.24): decode speed moved ±40% from one vLLM boot to the next on the
-2-core machine (95% CI of the A/A change −45% … +65%).  That is what A/B mode can and
-cannot see on such a machine with a few boots; the paired comparison removes the boot.
-"""
-
-import dataclasses
+import json
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
-from delay_proxy import DelayProxy
-from llmgate.levers import ab
 from llmgate.config import matrix
-from llmgate.core import metrics
 from llmgate.engines import llamacpp
 
 pytestmark = pytest.mark.real_engine      # (and timing: its folder)
+pytest_plugins = ["pytester"]
 
 MATRIX = """
 [[matrix]]
@@ -43,42 +32,53 @@ model = "tiny"
 max_model_len = 1024
 max_num_seqs = 4
 """
-# aggregate tok/s at c=4 moves more between llama.cpp boots than decode does: in a slow hour on 2 cores an
-# A/A of 5 boots a side read -10.7% (95% CI -20.1% … +0.7%, p = 0.028) and failed at 10% (CI, 2026-12-02);
-# the injected slowdown is asserted on decode (-35 … -45%), not on this
-MIN_EFFECT = {"decode_tok_s": 0.10, "ttft_c1": 0.25, "aggregate_tok_s@c4": 0.25, "ttft_p95@c4": 0.25}
-DELAY_S = 0.003     # added to every decode step (3–10 ms here): decode tok/s falls by ~25–75%
+DELAY_S = 0.003     # added to every streamed token (a decode step is 2.5–10 ms here): decode ~25–55% slower
+PERF = Path(__file__).resolve().parents[2] / "plugin" / "llmgate" / "scenarios"
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
-def through_proxy(handle):
-    proxy = DelayProxy(handle.base_url, DELAY_S)
-    url = proxy.start()
-    return dataclasses.replace(handle, base_url=url), proxy.stop
+def duet(pytester, binary, side_b, out):
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "decode_c1", "--llmgate-ab", f"A={binary}",
+                                      "--llmgate-ab", f"B={side_b}", "--llmgate-boots", "2", "--llmgate-alpha", "0.01",
+                                      "--llmgate-accept", "inconclusive", "--llmgate-no-history", "--llmgate-out", out)
+    report = json.loads((pytester.path / out / "report.json").read_text())
+    return r, {v["key"]: v for v in report["verdicts"]}
 
 
-def test_aa_passes_and_injected_slowdown_is_caught(tmp_path, llama_server_built):
-    (tmp_path / "llmgate.toml").write_text(MATRIX)
-    m = matrix.load(tmp_path / "llmgate.toml")
-    cfg = m.entries[0]
-    binary = llamacpp.find_binary(cfg)
+@pytest.fixture
+def llama_cache(llama_server_built, monkeypatch):
+    """The cache the llama-server build is in (``<cache>/llama.cpp/<key>/build/bin/llama-server``), for
+    the nested runs too: pytester gives them a HOME of their own, where no llama-server is built and
+    the tiny model and its GGUF would be made again."""
+    cache = llama_server_built.parents[4]
+    assert (cache / "llama.cpp").is_dir(), llama_server_built
+    monkeypatch.setenv("LLMGATE_CACHE", str(cache))
+    return llama_server_built
+
+
+def test_a_duet_of_llama_server_reads_no_change_in_an_aa_and_catches_an_injected_slowdown(llama_cache, pytester):
+    llama_server_built = llama_cache
+    shutil.copy(PERF / "test_decode.py", pytester.path / "test_decode.py")
+    pytester.makefile(".toml", llmgate=MATRIX)
+    binary = llamacpp.find_binary(matrix.load(pytester.path / "llmgate.toml").entries[0])
     assert binary == llama_server_built, (binary, llama_server_built)
-    sides = (ab.Side("A", str(binary)), ab.Side("B", str(binary), views={"B+delay": through_proxy}))
-    workload = ab.standard_workload(repeats=3, warmup=1, timeout=120, concurrency=4, decode_output=128)
-    result = ab.run_ab(cfg, m, tmp_path / "logs", sides, rounds=5, workload=workload)
-    assert result.order == ["A", "B"] * 5
+    slow = pytester.path / "llama-server-delayed"
+    slow.write_text(f"#!/bin/sh\nexec {sys.executable} {SUPPORT / 'delayed_server.py'} {binary} {DELAY_S} \"$@\"\n")
+    slow.chmod(0o755)
 
-    def eff(metric, key):
-        return MIN_EFFECT.get(key, metric.min_effect)
+    aa, aa_v = duet(pytester, binary, binary, "aa")
+    out = aa.stdout.str()
+    assert aa.ret == 0, out[-6000:]
+    decode = aa_v["decode_tok_s"]
+    assert decode["comparison"] == "duet, 2 boot pairs, 3 rounds a pair", decode
+    flagged = {k: v["status"] for k, v in aa_v.items() if v["status"] in ("regressed", "improved")}
+    assert not flagged, (flagged, out[-6000:])
 
-    aa = {v.key: v for v in ab.judge_ab(result, "A", "B", 0.05, eff)}
-    injected = {v.key: v for v in ab.judge_ab(result, "B", "B+delay", 0.05, eff, paired=True, by="repeat")}
-    by_boot = ab.judge_ab(result, "B", "B+delay", 0.05, eff, paired=True)          # for the record
-    unpaired = ab.judge_ab(result, "A", "B+delay", 0.05, eff)          # for the record
-    report = "\n".join(v.line() for v in [*aa.values(), *injected.values(), *by_boot, *unpaired])
-    print(report)
-    assert not any(v.failed for v in aa.values()), report
-    slow = injected["decode_tok_s"]
-    assert slow.failed, report
-    assert -0.8 < slow.change < -0.1, report             # about the injected slowdown, not something else
-    assert slow.now.n == slow.baseline.n == 15 and slow.method.startswith("Wilcoxon")
-    assert aa["decode_tok_s"].metric is metrics.DECODE_TOK_S
+    injected, inj_v = duet(pytester, binary, slow, "injected")
+    out = injected.stdout.str()
+    slow_decode = inj_v["decode_tok_s"]
+    print("\n".join(f"{k}: {v['status']} {v['change']:+.1%} (MDE {v.get('mde')})" for k, v in inj_v.items()
+                    if v.get("change") is not None))
+    assert slow_decode["status"] == "regressed", (slow_decode, out[-6000:])
+    assert -0.8 < slow_decode["change"] < -0.15, slow_decode        # about the injected slowdown, not something else
+    assert injected.ret == 1 and "duet" in slow_decode["comparison"]

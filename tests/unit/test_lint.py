@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 PUBLIC_API = ["plugin/llmgate/__init__.py", "plugin/llmgate/runner/gate.py", "plugin/llmgate/core/metrics.py",
               "plugin/llmgate/analysis/verdict.py", "plugin/llmgate/hookspec.py",
               # the modules the lever and quality scenarios use (docs/api.md, the last section)
-              "plugin/llmgate/levers/ab.py", "plugin/llmgate/levers/probe.py", "plugin/llmgate/levers/quality.py",
+              "plugin/llmgate/levers/probe.py", "plugin/llmgate/levers/quality.py",
               "plugin/llmgate/device/__init__.py", "plugin/llmgate/device/hardware.py",
               "plugin/llmgate/analysis/stats.py", "plugin/llmgate/runner/figures.py", "plugin/llmgate/runner/requests.py",
               # the `gate` object's parts (gate.levers, the llmgate_boot value)
