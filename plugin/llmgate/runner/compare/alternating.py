@@ -27,7 +27,7 @@ def judge(rec: Recorder, fig: Figure) -> Verdict | None:
         return None
     cfg, mb, metric, key, run = fig.cfg, fig.boot, fig.metric, fig.key, rec.run
     assert cfg is not None and mb is not None
-    done = dict(zip(sorted(kept.sampling), kept.values))
+    done = kept.by_boot()
     plan = mb.plan
     side = {k: s[0] for k in range(1, plan.total + 1) if (s := plan.side(k)) is not None}
     a_name, b_name = plan.sides[0][0], plan.sides[1][0]

@@ -65,6 +65,10 @@ class Boots:
     sampling: dict[int, tuple[float | None, float | None]]
     raw: Any = None
 
+    def by_boot(self) -> dict[int, list[float]]:
+        """Each boot's repeat values by its number (1-based, as measured)."""
+        return dict(zip(sorted(self.sampling), self.values))
+
     def of(self, boots: list[int]) -> tuple[list[float | None], list[float]]:
         """Those boots' sampling variances, and the request counts of those that recorded one."""
         return [self.sampling[k][0] for k in boots], [float(r) for k in boots if (r := self.sampling[k][1])]
