@@ -103,13 +103,16 @@ class DelayProxy:
                 reader = asyncio.create_task(read())
                 self.streams += 1
                 corrupt = bool(self.corrupt_every) and self.streams % self.corrupt_every == 0
-                n = 0
+                n = seen = 0
                 try:
                     while (item := await events.get()) is not None:
                         arrived, line = item
                         if line.startswith("data:") and "[DONE]" not in line and '"choices":[]' not in line.replace(" ", ""):
                             n = _tokens_so_far(line) or n + 1
-                            if corrupt and n == 2:
+                            seen += 1
+                            # the second event, counted as events: a lagging server's second
+                            # event may already carry 3 tokens, so n need not pass through 2
+                            if corrupt and seen == 2:
                                 line = "data: {this is not json"
                             wait = arrived + n * self.delay_s - time.perf_counter()
                             if wait > 0:
