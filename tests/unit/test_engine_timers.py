@@ -231,3 +231,52 @@ def test_ttft_c1_reads_the_engine_after_each_request_and_parses_after_its_loop()
     assert parts["prefill"] == pytest.approx([0.015, 0.017])
     assert parts["frontend"] == pytest.approx([0.005, 0.029 - 0.023])    # the merged requests' mean client TTFT
     assert readings == [None, None, None]                              # each reading let go once used
+
+
+def test_vllm_timers_path_renders_only_the_timers_series_through_prometheus_clients_own_filter():
+    # vLLM mounts prometheus_client's app at /metrics/ (its name[] filter); a registry of vLLM's timer
+    # histograms beside an unrelated gauge, served by prometheus_client's own exposition server
+    import prometheus_client
+    from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+    reg = CollectorRegistry()
+    from llmgate.engines.vllm import TIMERS
+
+    for hist, _ in TIMERS.values():
+        h = Histogram(hist, "a timer", ["model_name"], registry=reg)
+        h.labels(model_name="m").observe(0.02)
+    Gauge("vllm:kv_cache_usage_perc", "other", registry=reg).set(0.5)
+    server, thread = prometheus_client.start_http_server(0, addr="127.0.0.1", registry=reg)
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        path = engines.get("vllm").timers_path()
+        assert path is not None and path.startswith("/metrics/?name[]=")
+        with httpx.Client() as http:
+            reading = signals.scrape_filtered(http, base, path)
+            whole = signals.scrape(http, base, "/metrics")
+        assert reading is not None
+        names = set(reading.values)
+        assert "vllm:kv_cache_usage_perc" in whole.values and "vllm:kv_cache_usage_perc" not in names
+        assert not [n for n in names if n.endswith("_bucket")], names          # sums and counts only
+        assert "vllm:request_prefill_time_seconds_count" in names and "vllm:time_to_first_token_seconds_sum" in names
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+def test_a_filtered_path_the_server_does_not_serve_reads_as_none_not_an_error():
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with httpx.Client() as http:
+            assert signals.scrape_filtered(http, f"http://127.0.0.1:{srv.server_address[1]}", "/metrics/?name[]=x") is None
+    finally:
+        srv.shutdown()

@@ -159,6 +159,10 @@ class Engine(Protocol):
         part (``meters.ENGINE_PARTS``: ttft, queue, prefill, decode, tpot, itl, e2e): only the parts
         the engine keeps and that saw requests in the interval."""
 
+    def timers_path(self) -> str | None:
+        """A path of /metrics that renders only the series ``engine_timers`` reads (a reading taken
+        after every request then costs the server and the client little); None: read ``metrics_path``."""
+
     def kv_capacity(self, scrape: Scrape) -> int | None:
         """The most tokens one request can hold in the KV cache, from a /metrics reading; None if not exposed."""
 
@@ -291,6 +295,9 @@ class BaseAdapter:
 
     def engine_timers(self, delta: Delta) -> dict[str, float]:
         return {}
+
+    def timers_path(self) -> str | None:
+        return None
 
     def kv_capacity(self, scrape: Scrape) -> int | None:
         return None

