@@ -141,14 +141,14 @@ from pathlib import Path                       # noqa: E402
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "duet-h200-2026-12-04"
 
 
-def replay(name):
+def replay(name, folder=RECORDED):
     """The campaign's figures judged again as a duet judges them now (a side's sampling variance: half the
     pair's, as the report keeps their mean)."""
     out = {}
-    for v in json.loads((RECORDED / f"{name}.json").read_text()):
+    for v in json.loads((folder / f"{name}.json").read_text()):
         m = metrics.get(v["key"])
         k, w = len(v["boot_values"]), v["sampling_log_var"]
-        grain = "request" if v["test"] == "test_ttft_c1" else "window"
+        grain = v.get("grain") or ("request" if v["test"] == "test_ttft_c1" else "window")
         samp = [w / 2] * k if w is not None else None
         out[v["key"] if v["test"] in ("test_ttft_c1", "test_poisson_load") else f'{v["test"]}:{v["key"]}'] = judge_duet(
             m, v["key"], "gpu-vllm-8b", [[x] for x in v["baseline_boot_values"]], [[x] for x in v["boot_values"]],
@@ -165,6 +165,19 @@ def test_the_h200_duet_a_a_reads_no_change_and_ttft_c1_sees_three_percent_at_thr
     for key in ("ttft_c1@p128", "ttft_c1@p2048"):
         assert verdicts[key].mde <= 0.03, (key, verdicts[key].mde)
     assert verdicts["engine_prefill@c1-p2048"].mde <= 0.03
+
+
+# the later A/As of issue 46 (gpu/runs/2026-12-05-duet, 2026-12-05-duet-rounds: H100; 2026-12-06-duet-h200):
+# nine more boot pairs, the engine's TTFT parts read per request in the last two, windows in rounds in the last
+LATER_AA = ("duet-h100-2026-12-05", "duet-h100-2026-12-05-rounds", "duet-h200-2026-12-06")
+
+
+@pytest.mark.parametrize("session", LATER_AA)
+def test_every_recorded_gpu_duet_a_a_reads_no_change_under_the_priors(session):
+    verdicts = replay("aa", RECORDED.parent / session)
+    flagged = {k: (v.status, round(v.change, 3)) for k, v in verdicts.items() if v.status in ("regressed", "improved")}
+    assert flagged == {}, flagged
+    assert verdicts["ttft_c1@p2048"].mde <= 0.035, verdicts["ttft_c1@p2048"].line()
 
 
 def test_the_h200_duet_front_end_knob_is_flagged_and_attributed_to_the_front_end():
