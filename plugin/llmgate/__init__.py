@@ -11,7 +11,7 @@ The public API for a team's own scenarios (docs/api.md):
 
 The modules the lever and quality scenarios use are public under their documented names
 (``llmgate.probe``, ``llmgate.quality``, ``llmgate.device``, ``llmgate.stats``,
-``llmgate.figures``, ``llmgate.requests``, ``llmgate.verdict``, ``llmgate.matrix``: ``from llmgate import ab``); they
+``llmgate.figures``, ``llmgate.requests``, ``llmgate.verdict``, ``llmgate.matrix``: ``from llmgate import probe``); they
 live in the layers of docs/architecture.md and are imported here on first use.
 
 The packaged scenarios: ``pytest --pyargs llmgate.scenarios``.

@@ -84,7 +84,7 @@ def scrape(http: httpx.Client, base_url: str, path: str | None = "/metrics",
     Uncompressed: the server need not gzip what crosses the loopback."""
     if path is None:
         return Scrape({})
-    r = http.get(base_url + path, headers={**(headers or {}), "Accept-Encoding": "identity"})
+    r = _get(http, base_url + path, headers)
     r.raise_for_status()
     return Scrape.deferred(r.text) if deferred else Scrape.parse(r.text)
 
@@ -93,10 +93,14 @@ def scrape_filtered(http: httpx.Client, base_url: str, path: str, headers: dict[
                     deferred: bool = False) -> Scrape | None:
     """Read a filtered /metrics path (``Engine.timers_path``); None, not an exception, where it does
     not answer 200 with histogram samples (an engine build that does not serve it)."""
-    r = http.get(base_url + path, headers={**(headers or {}), "Accept-Encoding": "identity"})
+    r = _get(http, base_url + path, headers)
     if r.status_code != 200 or "_count" not in r.text:
         return None
     return Scrape.deferred(r.text) if deferred else Scrape.parse(r.text)
+
+
+def _get(http: httpx.Client, url: str, headers: dict[str, str] | None) -> httpx.Response:
+    return http.get(url, headers={**(headers or {}), "Accept-Encoding": "identity"})
 
 
 @dataclasses.dataclass(frozen=True)
