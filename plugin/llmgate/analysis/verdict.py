@@ -115,6 +115,9 @@ class Verdict:
     # which part of a client TTFT moved (``attribution``: the engine's queue and prefill timers, the front
     # end), in one line; "" where its test recorded no engine timers or nothing was compared
     attribution: str = ""
+    # a change the statistics called regressed (or improved) held as inconclusive, and why: the side
+    # that reads worse was measured on a busy machine (``hold_disturbed``); "" otherwise
+    held: str = ""
 
     @property
     def failed(self) -> bool:
@@ -138,6 +141,8 @@ class Verdict:
 
     def inconclusive_text(self) -> str:
         """Why an inconclusive verdict is one, and what would decide it."""
+        if self.held:
+            return self.held
         m = self.metric
         bound = self.worse_bound()
         if bound is None:
@@ -203,6 +208,7 @@ class Verdict:
             "machine_offset": self.machine_offset,
             "mde_kind": self.mde_kind, "no_baseline": self.no_baseline,
             "engine": self.engine, "baseline_engine": self.baseline_engine, "attribution": self.attribution,
+            "held": self.held,
         }
 
     @classmethod
@@ -233,7 +239,7 @@ class Verdict:
                    mde_kind=MdeBasis(d["mde_kind"]) if d.get("mde_kind") else None,
                    no_baseline=NoBaseline(d["no_baseline"]) if d.get("no_baseline") else None,
                    engine=d.get("engine") or "", baseline_engine=d.get("baseline_engine") or "",
-                   attribution=d.get("attribution") or "")
+                   attribution=d.get("attribution") or "", held=d.get("held") or "")
 
     def mde_text(self) -> str:
         """"MDE 4.2%", with what it rests on when that is weak, and the boots that would close it."""
@@ -251,6 +257,24 @@ class Verdict:
                                       else ": more boots would not reach it" if self.mde_kind == MdeBasis.BOOTS
                                       else "")
         return out
+
+
+def hold_disturbed(v: Verdict, now_why: str, base_why: str) -> Verdict:
+    """A regression of a figure measured on a busy machine this run (``now_why``: other processes used
+    a quarter of the CPUs or more, ``Gate.watch``), or an improvement over a baseline measured on one
+    (``base_why``), held as inconclusive: a busy machine reads an engine slower than it is, so the side
+    that reads worse may be that and not the engine.  A change the other way stands (the busy side
+    read better all the same).  A stored baseline measured beside a compiler once read its engine's
+    prefill 5× slower than it is and called an A/A improved."""
+    if v.status == REGRESSED and now_why:
+        side, why, called = "this run's", now_why, "regressed"
+    elif v.status == IMPROVED and base_why:
+        side, why, called = "the baseline's", base_why, "improved"
+    else:
+        return v
+    held = (f"not called {called}: {side} {why}, and a busy machine reads an engine slower than it is; "
+            f"a run on a quiet machine decides it")
+    return dataclasses.replace(v, status=INCONCLUSIVE, held=held)
 
 
 MDE_SHOWN_MAX = 10.0     # an MDE above 1,000% is shown as such: past that, its digits say nothing

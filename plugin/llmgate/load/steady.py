@@ -103,6 +103,7 @@ class _Controller:
         self.in_window = 0
         self.notes: list[str] = []
         self.ended_by = ""
+        self.unsettled = ""        # "rising" | "falling": the warm-up ended at its cap with throughput still moving
         self.failures = 0
         self.done = 0
 
@@ -152,8 +153,15 @@ class _Controller:
         if self.window_start is None:
             if now - self.t0 >= self.s.warm_max_s:
                 self._open(now, f"cap of {self.s.warm_max_s:g} s")
-                self.notes.append(f"warm-up ended at its cap of {self.s.warm_max_s:g} s with throughput still "
-                                  f"rising (segments: {', '.join(f'{x:.1f}' for x in self.segments)} tok/s)")
+                segs = ', '.join(f'{x:.1f}' for x in self.segments)
+                self.unsettled = self._moving()
+                if self.unsettled:
+                    self.notes.append(f"warm-up ended at its cap of {self.s.warm_max_s:g} s with throughput still "
+                                      f"{self.unsettled} (segments: {segs} tok/s)")
+                else:
+                    self.notes.append(f"warm-up ended at its cap of {self.s.warm_max_s:g} s after "
+                                      f"{len(self.segments)} segment(s), too few to tell whether throughput settled"
+                                      + (f" (segments: {segs} tok/s)" if segs else ""))
             return False
         age = now - self.window_start
         if (age >= self.s.min_s and self.in_window >= self.s.min_requests) or age >= self.s.max_s:
@@ -164,9 +172,23 @@ class _Controller:
             return True
         return False
 
+    def _moving(self) -> str:
+        """At the warm-up's cap: "rising" or "falling" where the last segment's throughput is more than
+        ``warm_tol`` away from the mean of the (up to two) before it: the server, or the machine, was
+        still changing speed when the window opened; "" where it was not, or fewer than two segments cannot tell."""
+        seg = self.segments
+        if len(seg) < 2:
+            return ""
+        before = sum(seg[-3:-1]) / len(seg[-3:-1])
+        if seg[-1] > (1 + self.s.warm_tol) * before:
+            return "rising"
+        if seg[-1] < (1 - self.s.warm_tol) * before:
+            return "falling"
+        return ""
+
     def warmup_info(self) -> dict[str, Any]:
         return {"seconds": round((self.window_start or self.t0) - self.t0, 3), "ended_by": self.ended_by,
-                "segments_tok_s": [round(x, 2) for x in self.segments]}
+                "segments_tok_s": [round(x, 2) for x in self.segments], "unsettled": self.unsettled}
 
 
 async def _steady_streams(base_url: str, headers: dict[str, str], spec_: RequestSpec, concurrency: int,

@@ -1,9 +1,11 @@
 """Resource meters of a running server: ``MemorySampler`` samples the resident memory of its whole
 process tree a few times a second (the peak a scenario reports), ``EngineCpu`` measures the CPU time
-each of its processes used over a ``with`` block."""
+each of its processes used over a ``with`` block, ``MachineLoad`` the CPU every other process of the
+machine used over one (a busy machine reads an engine slower than it is)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -95,3 +97,107 @@ class EngineCpu:
         return {"wall_s": round(wall, 3), "processes": shares,
                 "busiest": busiest[0] if busiest else None, "busiest_share": busiest[1] if busiest else None,
                 "total_share": round(sum(shares.values()), 4)}
+
+
+class MachineLoad:
+    """CPU the rest of the machine used over a ``with`` block: the CPUs this process may run on,
+    busy (user, nice, system, interrupts, and steal: a hypervisor's other guests), less what the
+    engine's process tree and this run's own used.  This run's own: the tree of the outermost Python
+    process this one descends from (``run_root``: pytest, its xdist workers and their engines, the
+    client processes, a tox around them), so that entries measured side by side on pytest-xdist
+    workers are not each other's "others".  A compiler, another job of a shared CI runner or a busy
+    neighbour VM shows here; its share of those CPUs is what ``disturbed`` judges (on the 2-core
+    machine, two busy loops beside a vLLM decode at c=1 cut it from ~130 to 37 tok/s and its engine
+    prefill from 16 to 58 ms)."""
+
+    FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+
+    def __init__(self, engine_pid: int | None):
+        self.engine_pid = engine_pid
+        self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.others_s = 0.0
+        self.wall_s = 0.0
+        self.root = run_root()
+        self._start: tuple[float, float, float] | None = None
+
+    def _busy(self) -> float:
+        per = psutil.cpu_times(percpu=True)
+        cpus = [i for i in self.cpus if i < len(per)] or range(len(per))
+        return sum(getattr(per[i], f, 0.0) for i in cpus for f in self.FIELDS)
+
+    @staticmethod
+    def _tree_cpu(roots: list[int | None]) -> float:
+        """CPU seconds of every process of the trees of ``roots`` (each counted once)."""
+        procs: dict[int, psutil.Process] = {}
+        for pid in roots:
+            if pid is None:
+                continue
+            try:
+                root = psutil.Process(pid)
+                for p in [root, *root.children(recursive=True)]:
+                    procs.setdefault(p.pid, p)
+            except psutil.Error:
+                pass
+        total = 0.0
+        for p in procs.values():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
+    def _read(self) -> tuple[float, float, float]:
+        return time.monotonic(), self._busy(), self._tree_cpu([self.engine_pid, self.root])
+
+    def __enter__(self) -> MachineLoad:
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._start is None:
+            return
+        t1, busy1, own1 = self._read()
+        t0, busy0, own0 = self._start
+        self.wall_s = t1 - t0
+        self.others_s = max(0.0, (busy1 - busy0) - (own1 - own0))
+
+    @property
+    def ncpus(self) -> int:
+        return len(self.cpus) or (psutil.cpu_count() or 1)
+
+    @property
+    def others_cores(self) -> float:
+        """The other processes' CPU, in cores (CPU seconds ÷ wall seconds)."""
+        return self.others_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def share(self) -> float:
+        """The other processes' share of the CPUs this process may run on."""
+        return self.others_cores / self.ncpus
+
+    def disturbed(self, limit: float = 0.25) -> str:
+        """Why what was measured may read slower than the engine is, in words ("" where the machine
+        was quiet enough): other processes used ``limit`` or more of the CPUs."""
+        if self.wall_s < 0.5 or self.share < limit:
+            return ""
+        return (f"other processes used {self.others_cores:.2f} of {self.ncpus} CPU(s) ({self.share:.0%}) "
+                f"while it measured")
+
+
+def _pythonic(p: psutil.Process) -> bool:
+    name = p.name().lower()
+    return name.startswith("python") or name in ("pytest", "py.test", "tox")
+
+
+def run_root() -> int:
+    """The outermost Python process this one descends from (pytest, an xdist controller, a tox):
+    its tree is this run's own processes."""
+    pid = os.getpid()
+    try:
+        p = psutil.Process(pid)
+        while (parent := p.parent()) is not None and parent.pid > 1 and _pythonic(parent):
+            p = parent
+        return p.pid
+    except psutil.Error:
+        return pid

@@ -90,8 +90,14 @@ def inconclusive_line(verdicts: list[dict[str, Any]]) -> str | None:
         unit = "pairs" if v.get("mde_kind") == "pairs" else "boots a side"
         return f"{v['boots_needed']} {unit} would decide it"
 
-    return (f"inconclusive: {len(vs)} of {len(verdicts)} verdict(s) neither showed a regression nor ruled one out "
+    line = (f"inconclusive: {len(vs)} of {len(verdicts)} verdict(s) neither showed a regression nor ruled one out "
             f"(the confidence interval reaches past the min effect, or one value a side gives none) — {_names(vs, need)}")
+    held = [v for v in vs if v.get("held")]
+    if held:
+        # a change the statistics called, held: the side that reads worse was measured on a busy machine
+        line += (f"; {len(held)} of them held: {_names(held)}: {held[0]['held']}"
+                 + (" (and the like for the others)" if len(held) > 1 else ""))
+    return line
 
 
 GOOD, WARN, BAD = "good", "warn", "bad"          # how a headline reads: green, yellow, red

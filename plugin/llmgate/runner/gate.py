@@ -24,6 +24,7 @@ from llmgate.levers.shared import EntryLevers
 from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
+from llmgate.process.meters import MachineLoad
 from llmgate.process.server import ServerHandle
 from llmgate.runner.duet import DuetSide, side_turn
 from llmgate.runner import figures
@@ -126,10 +127,12 @@ class Gate:
         if output_spread is None:
             output_spread = self.matrix.scenarios.output_spread if rate is None and concurrency > 1 else 0.0
         spec = steady_state.spec(h, prompt_tokens, output_tokens, seed or self._seed(label), output_spread, **fields)
-        with self._turn():                   # a duet: the whole window is one turn (one side under load)
+        with self._turn(), self.watch(label) as watched:     # a duet: the whole window is one turn
             result = steady_state.steady(h, spec, concurrency, window, self.settings.request_timeout, rate=rate,
                                          label=label)
         self._recorder.account(result)
+        # the figures recorded from here on come from this window: whether the machine was busy goes with them
+        self._recorder.disturbed = "; ".join(watched)
         bad = [x for x in result.ok if x.completion_tokens != x.requested_output_tokens]
         assert not bad, (f"{label}: {len(bad)} request(s) generated another length than asked, e.g. "
                          f"{bad[0].completion_tokens} tokens for {bad[0].requested_output_tokens}")
@@ -146,10 +149,13 @@ class Gate:
         st = self.settings
         if server is not None and prompts is None:
             raise ValueError("sequential(server=…) needs that server's prompts (the prompts= it was given)")
-        result = workloads.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
-                                 st.repeats if requests is None else requests, st.warmup, st.request_timeout,
-                                 seed or self._seed("sequential"), turn=side_turn(self._side) if server is None else None)
+        with self.watch("sequential requests", server) as watched:
+            result = workloads.decode_run(server or self.server, prompts or self.prompts, prompt_tokens, output_tokens,
+                                          st.repeats if requests is None else requests, st.warmup, st.request_timeout,
+                                          seed or self._seed("sequential"),
+                                          turn=side_turn(self._side) if server is None else None)
         self._recorder.account(result)
+        self._recorder.disturbed = "; ".join(watched)
         return result
 
     def run(self, requests: list[Request], concurrency: int = 1, *, label: str = "",
@@ -165,6 +171,7 @@ class Gate:
                 result = workloads.run(self.server, requests, concurrency, self.settings.request_timeout, label=label)
         if account:
             self._recorder.account(result)
+            self._recorder.disturbed = ""         # not watched: a loop of runs is, as a whole (``watch``)
         return result
 
     def record(self, metric: metrics.Metric, values: list[float], variant: str | None = None,
@@ -231,6 +238,28 @@ class Gate:
     def note(self, text: str) -> None:
         """Something the reader of the results must know (an unsupported figure…): shown in the summary."""
         self._recorder.note(text)
+
+    @contextlib.contextmanager
+    def watch(self, label: str, server: ServerHandle | None = None):
+        """``with gate.watch("TTFT c=1"): …`` around a measurement (``steady`` and ``sequential`` watch
+        their own): what the rest of the machine did meanwhile (``process.meters.MachineLoad``).  Where
+        other processes used a quarter of the CPUs or more, the figures recorded after the block may
+        read slower than the engine is: they carry that, and a regression they show (or a later run's
+        improvement over them as a baseline) is held as inconclusive; said once as a note.  Yields a
+        list that holds that reason after the block.  Not in a duet: its other side is part of the
+        machine there, and a busy machine slows both sides alike."""
+        out: list[str] = []
+        if self._side is not None:
+            yield out
+            return
+        h = server or (self.server if self._recorder.entry is not None else None)
+        with MachineLoad(h.pid if h is not None else None) as load:
+            yield out
+        if why := load.disturbed():
+            out.append(why)
+            self.note(f"{label}: {why}: its figures may read slower than the engine is (a change that "
+                      f"explains is held as inconclusive)")
+        self._recorder.disturbed = "; ".join(out)
 
     def _turn(self) -> contextlib.AbstractContextManager[Any]:
         """A duet: this side's turn on the machine; otherwise nothing to wait for."""

@@ -39,6 +39,9 @@ class Recorder:
         self._first_measurement: list[Verdict] | None = None
         self.notes: list[str] = []
         self._request_counts = [0, 0]            # requests sent, failed (account)
+        # why the workload the next figures come from may read slower than the engine is (a busy
+        # machine: ``Gate.watch``); "" where nothing says so
+        self.disturbed = ""
 
     @property
     def entry(self) -> ServerConfig | None:
@@ -72,7 +75,7 @@ class Recorder:
         mb = self.boot
         if info.get("gpu_sampling"):
             self._keep_gpu_sampling(key, test, mb, info["gpu_sampling"])
-        fig = Figure(metric, key, self.entry, test, mb, values, raw, sampling, requests, parts, info)
+        fig = Figure(metric, key, self.entry, test, mb, values, raw, sampling, requests, parts, info, self.disturbed)
         return compare.choose(self, fig)(self, fig)
 
     def store(self, metric: metrics.Metric, key: str, boots: list[list[float]], extra: dict[str, Any],

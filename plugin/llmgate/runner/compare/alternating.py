@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from llmgate.analysis import noise_prior
 from llmgate.analysis.stats import Noise, median
-from llmgate.analysis.verdict import Verdict, judge_boots
+from llmgate.analysis.verdict import Verdict, hold_disturbed, judge_boots
 from llmgate.runner.compare.figure import Figure, kept_boots
 from llmgate.store import baseline as baseline_store, benchmark_files, fingerprint as fingerprints, keys
 
@@ -44,6 +44,7 @@ def judge(rec: Recorder, fig: Figure) -> Verdict | None:
                           comparison="same session")
     verdict = dataclasses.replace(verdict, baseline_in_run=True, engine=rec.side_engine(b_name),
                                   baseline_engine=rec.side_engine(a_name))
+    verdict = hold_disturbed(verdict, kept.disturbed_text(b_ks), kept.disturbed_text(a_ks))
     notes = [f"same session: {len(a_boots)} boot(s) of {a_name} vs {len(b_boots)} of {b_name}, order {order.strip()}"]
     fp = rec.fingerprint()
     extra = {**rec.provenance(), **fig.info, "fingerprint": fp,
@@ -51,6 +52,8 @@ def judge(rec: Recorder, fig: Figure) -> Verdict | None:
                     "baseline_side_boot_values": [median(b) for b in a_boots]}}
     if kept.raw is not None:
         extra["raw"] = kept.raw
+    if disturbed := kept.disturbed_text(b_ks):
+        extra["disturbed"] = disturbed
     base = baseline_store.baseline(rec.item.config, keys.stored_key(rec.item), key, fp, run.settings.allow_mismatch)
     if base is not None and not fingerprints.fingerprint_mismatch(
             base[1]["extra_info"][benchmark_files.EXTRA_KEY].get("fingerprint") or {}, fp):

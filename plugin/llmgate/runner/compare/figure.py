@@ -30,6 +30,7 @@ class BootFigures:
     raw: Any = None
     sampling: float | None = None
     requests: float | None = None
+    disturbed: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,8 @@ class Figure:
     """One ``gate.record`` call: ``metric`` (``key``: its name and variant) of ``test`` on entry ``cfg``
     (None outside the matrix), measured on ``boot`` (None where the test is not one of an entry's
     measurement boots); ``parts``: the verdicts of the parts it splits into; ``info``: what is stored
-    beside it."""
+    beside it; ``disturbed``: why it may read slower than the engine is (a busy machine:
+    ``Gate.watch``), "" where nothing says so."""
 
     metric: metrics.Metric
     key: str
@@ -50,6 +52,7 @@ class Figure:
     requests: int | None = None
     parts: dict[str, Verdict] | None = None
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    disturbed: str = ""
 
     @property
     def slot(self) -> Slot:
@@ -64,6 +67,7 @@ class Boots:
     values: list[list[float]]
     sampling: dict[int, tuple[float | None, float | None]]
     raw: Any = None
+    disturbed: dict[int, str] = dataclasses.field(default_factory=dict)    # boot → why it may read slow
 
     def by_boot(self) -> dict[int, list[float]]:
         """Each boot's repeat values by its number (1-based, as measured)."""
@@ -73,6 +77,13 @@ class Boots:
         """Those boots' sampling variances, and the request counts of those that recorded one."""
         return [self.sampling[k][0] for k in boots], [float(r) for k in boots if (r := self.sampling[k][1])]
 
+    def disturbed_text(self, boots: list[int] | None = None) -> str:
+        """Why those boots (default: all) may read slower than their engine, in one line ("" where none may)."""
+        ks = [k for k in (sorted(self.sampling) if boots is None else boots) if self.disturbed.get(k)]
+        if len(self.sampling) == 1:
+            return self.disturbed.get(ks[0], "") if ks else ""
+        return "; ".join(f"boot {k}: {self.disturbed[k]}" for k in ks)
+
 
 def kept_boots(rec: Recorder, fig: Figure) -> Boots | None:
     """``fig`` as its comparison judges it: alone (a test outside an entry's measurement boots), or on
@@ -80,10 +91,10 @@ def kept_boots(rec: Recorder, fig: Figure) -> Boots | None:
     saying what this boot measured)."""
     mb, cfg = fig.boot, fig.cfg
     if mb is None or cfg is None:
-        return Boots([fig.values], {1: (fig.sampling, fig.requests)}, fig.raw)
+        return Boots([fig.values], {1: (fig.sampling, fig.requests)}, fig.raw, {1: fig.disturbed})
     k, n_boots = int(mb), mb.of
     done = rec.run.boot_figures.setdefault(fig.slot, {})
-    done[k] = BootFigures(fig.values, fig.raw, fig.sampling, fig.requests)
+    done[k] = BootFigures(fig.values, fig.raw, fig.sampling, fig.requests, fig.disturbed)
     if k < n_boots:
         side = mb.side
         rec.run.say(f"llmgate: {cfg.id} {fig.key}: boot {k} of {n_boots}"
@@ -94,4 +105,5 @@ def kept_boots(rec: Recorder, fig: Figure) -> Boots | None:
                     + f"); judged after boot {n_boots}")
         return None
     raw = {"boots": [done[i].raw for i in sorted(done)]} if any(f.raw is not None for f in done.values()) else fig.raw
-    return Boots([done[i].values for i in sorted(done)], {i: (f.sampling, f.requests) for i, f in done.items()}, raw)
+    return Boots([done[i].values for i in sorted(done)], {i: (f.sampling, f.requests) for i, f in done.items()}, raw,
+                 {i: f.disturbed for i, f in done.items()})

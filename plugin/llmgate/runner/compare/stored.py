@@ -13,7 +13,7 @@ import pytest
 
 from llmgate.analysis import noise_prior
 from llmgate.analysis.stats import Noise
-from llmgate.analysis.verdict import Verdict, judge_boots
+from llmgate.analysis.verdict import Verdict, hold_disturbed, judge_boots
 from llmgate.engines.base import engine_label
 from llmgate.runner.compare.figure import Figure, kept_boots
 from llmgate.store import baseline as baseline_store, benchmark_files, fingerprint as fingerprints, keys
@@ -33,6 +33,9 @@ def judge(rec: Recorder, fig: Figure) -> Verdict | None:
     extra = {**rec.provenance(), **fig.info, "fingerprint": fp}
     if kept.raw is not None:
         extra["raw"] = kept.raw
+    disturbed = kept.disturbed_text()
+    if disturbed:
+        extra["disturbed"] = disturbed           # a later run's improvement over this is held (hold_disturbed)
     base = baseline_store.baseline(item.config, keys.stored_key(item), key, fp, run.settings.allow_mismatch)
     base_boots = baseline_store.baseline_boots(base[1]) if base else None
     notes: list[str] = []
@@ -73,6 +76,8 @@ def judge(rec: Recorder, fig: Figure) -> Verdict | None:
                           now_sampling=sampling, now_requests=requests,
                           offset=offset, comparison="stored" if base is not None and not refused else "")
     verdict = dataclasses.replace(verdict, engine=engine, baseline_engine=base_engine)
+    if base is not None and not refused:
+        verdict = hold_disturbed(verdict, disturbed, str(base_info.get("disturbed") or ""))
     if missing:
         verdict = dataclasses.replace(verdict, no_baseline=missing.reason)
     noise = Noise.of(kept.values, sampling, requests).pooled(prior)
