@@ -2,9 +2,12 @@
 folder without xdist, after the others); those that boot a real engine say so (``real_engine``).
 
 Alone among the tests, not on an idle machine: their assertions allow for a machine that does
-other work (README, "Contributing"), and llama-server builds in the background at the lowest
-priority while they run (started by ``tox -e selftest`` or by ``.ci/run``, one build through the
-build lock, when none is cached).  The one that needs llama-server asks for ``llama_server_built``,
+other work (README, "Contributing").  llama-server builds in the background at the lowest priority
+(started by ``tox -e selftest`` or by ``.ci/run``, one build through the build lock, when none is
+cached) beside the first tiers; a test here that boots a real engine first waits for it to end
+(``no_build_beside``): a compiler beside a measured engine is a busy machine, whose figures the gate
+holds (a regression as inconclusive: ``process.meters.MachineLoad``), and once read a CPU vLLM's
+prefill 5× slower than it is.  The one that needs llama-server asks for ``llama_server_built``,
 which waits for that build (or starts it when none ran), and runs last."""
 
 import pytest
@@ -33,3 +36,12 @@ def llama_server_built(request):
         return install.await_llama_server(log=lambda msg: say(request.config, f"tests/timing: {msg}"))
     except install.BuildFailed as e:
         pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_build_beside(request):
+    """A real engine's timing test starts once a llama.cpp build in progress has ended (says how long it waited)."""
+    if request.node.get_closest_marker("real_engine") is not None and install.build_in_progress():
+        waited = install.wait_for_build(log=lambda msg: say(request.config, f"tests/timing: {msg}"))
+        say(request.config, f"tests/timing: waited {waited:.0f} s for the llama.cpp build to end before "
+                            f"{request.node.name} (nothing measured shares the machine with it)")
