@@ -1,11 +1,13 @@
 """A duet's statistics (``analysis.paired.judge_duet``) and its turns (``runner.duet.Turns``), engine-free."""
 
+import math
+import statistics
 import threading
 import time
 
 import pytest
 
-from llmgate.analysis import noise_prior
+from llmgate.analysis import noise_prior, stats
 from llmgate.analysis.paired import judge_duet
 from llmgate.core import metrics
 from llmgate.runner.duet import Cancelled, Turns
@@ -265,3 +267,47 @@ def test_an_mde_beyond_a_thousand_percent_is_shown_as_such():
 
     assert mde_pct(0.042) == "4.2%" and mde_pct(10.0) == "1000.0%" and mde_pct(0.5, 0) == "50%"
     assert mde_pct(1.3e140) == "> 1,000%" and mde_pct(11.0, 0) == "> 1,000%"
+
+
+def _drifting_pairs(n=200, drift=0.30, noise=0.02, seed=1):
+    """Two sides' requests taken in turns while the machine's speed wanders by ``drift`` (shared by the
+    two requests of a turn pair), each request with ``noise`` of its own."""
+    import random
+
+    rng = random.Random(seed)
+    level, a, b = 1.0, [], []
+    for _ in range(n):
+        level = max(0.5, level * math.exp(rng.gauss(0, drift / 10)))
+        a.append(0.05 * level * math.exp(rng.gauss(0, noise)))
+        b.append(0.05 * level * math.exp(rng.gauss(0, noise)))
+    return a, b
+
+
+def test_requests_resampled_in_pairs_keep_what_moved_both_sides():
+    a, b = _drifting_pairs()
+    apart = stats.sampling_log_var(a, "median") + stats.sampling_log_var(b, "median")
+    paired = stats.paired_sampling_log_var(a, b)
+    assert paired < apart / 4, (paired, apart)                   # the shared drift is not counted twice
+    # sides that share nothing: about the sides' own sum
+    ia, ib = _drifting_pairs(drift=0.0, noise=0.10, seed=2)
+    together = stats.sampling_log_var(ia, "median") + stats.sampling_log_var(ib, "median")
+    assert stats.paired_sampling_log_var(ia, ib) == pytest.approx(together, rel=0.5)
+    assert stats.paired_sampling_log_var([1.0, 2.0], [1.0, 2.0]) is None
+    assert stats.paired_sampling_log_var([1.0, 0.0, 2.0, 3.0], [1.0, 2.0, 0.0, 3.0]) is None   # 2 usable pairs
+
+
+def test_a_duet_of_requests_in_pairs_rests_on_their_paired_sampling():
+    pairs = [_drifting_pairs(seed=s) for s in (3, 4)]
+    a_vals = [[statistics.median(x)] for x, _ in pairs]
+    b_vals = [[statistics.median(y)] for _, y in pairs]
+    apart = [stats.sampling_log_var(x, "median") for x, _ in pairs], [stats.sampling_log_var(y, "median") for _, y in pairs]
+    common = dict(requests=[200.0] * 2, assumed=noise_prior.duet_assumed("cpu", metrics.TTFT_C1))
+    sides = judge_duet(metrics.TTFT_C1, "ttft_c1@p128", "x", a_vals, b_vals, 0.05, 0.05, "A", apart[0], apart[1], **common)
+    paired = judge_duet(metrics.TTFT_C1, "ttft_c1@p128", "x", a_vals, b_vals, 0.05, 0.05, "A", apart[0], apart[1],
+                        pair_sampling=[stats.paired_sampling_log_var(x, y) for x, y in pairs], **common)
+    assert "requests resampled in pairs" in paired.method and "requests resampled in pairs" not in sides.method
+    assert paired.mde < sides.mde, (paired.line(), sides.line())
+    # a pair without paired values: the sides' own, summed
+    partial = judge_duet(metrics.TTFT_C1, "ttft_c1@p128", "x", a_vals, b_vals, 0.05, 0.05, "A", apart[0], apart[1],
+                         pair_sampling=[stats.paired_sampling_log_var(*pairs[0]), None], **common)
+    assert partial.mde == pytest.approx(sides.mde)

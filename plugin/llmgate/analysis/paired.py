@@ -67,7 +67,8 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
                b_boots: Sequence[Sequence[float]], min_effect: float | None = None, alpha: float = DEFAULT_ALPHA,
                baseline_source: str | None = None, a_sampling: Sequence[float | None] | None = None,
                b_sampling: Sequence[float | None] | None = None, requests: Sequence[float] | None = None,
-               assumed: tuple[float, int, str] | None = None, paired_rounds: bool = False) -> Verdict:
+               assumed: tuple[float, int, str] | None = None, paired_rounds: bool = False,
+               pair_sampling: Sequence[float | None] | None = None) -> Verdict:
     """Side B (``b_boots``, the candidate) against side A (``a_boots``), boot pair by boot pair:
     ``a_boots[k]`` and ``b_boots[k]`` are the two sides' repeat values on pair k.  ``a_sampling`` /
     ``b_sampling``: each boot value's sampling variance (log scale) where it is one statistic over
@@ -76,6 +77,9 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
     ``paired_rounds``: ``a_boots[k][i]`` and ``b_boots[k][i]`` are round i of pair k, run in turns (a
     test in rounds of windows): the pair's log ratio is the mean of its rounds' log ratios (each side's
     value the geometric mean of its rounds), and what it is known to within, their variance ÷ the rounds.
+    ``pair_sampling``: per pair, the sampling variance of its log ratio from its requests resampled in
+    pairs (``stats.paired_sampling_log_var``: the two sides' requests interleaved one by one share what
+    moved the machine); where every pair has one, it is the sampling part, else the sides' own, summed.
 
     The verdict's change is exp(mean log ratio) − 1 with its 95% CI; its MDE and the pairs that would
     reach the minimum effect follow from the pair-to-pair variance; ``method`` names both parts of it."""
@@ -116,9 +120,13 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
     if paired_rounds:
         within = [v / len(a_boots[i]) for i in range(k)
                   if (v := _var([math.log(y / x) for x, y in zip(a_boots[i], b_boots[i]) if x > 0 and y > 0])) is not None]
+    elif pair_sampling is not None and len(pair_sampling) == k and all(v is not None for v in pair_sampling):
+        within = [float(v) for v in pair_sampling if v is not None]
     else:
         within = [wa + wb for i in range(k)
                   if (wa := _within(a_boots[i], a_samp[i])) is not None and (wb := _within(b_boots[i], b_samp[i])) is not None]
+    paired_requests = not paired_rounds and pair_sampling is not None and len(within) == k and \
+        all(v is not None for v in pair_sampling)
     w = sum(within) / len(within) if within else None
     # the pair part (what a boot pair adds to its ratio beyond its requests' sampling): measured over the
     # pairs (their spread less the sampling part, K − 1 df), pooled with the device's prior where one
@@ -159,7 +167,8 @@ def judge_duet(metric: Metric, key: str, config_id: str, a_boots: Sequence[Seque
     need = pairs_needed(metric, var, df, eff, alpha) if mde > eff else None
     spread = f"pairs' spread {math.sqrt(s2):.2%}, " if s2 is not None else ""
     pooled = f", pooled with {source}" if source else ""
-    part = "within-pair rounds" if paired_rounds else "within-pair sampling"
+    part = ("within-pair rounds" if paired_rounds else "within-pair sampling (requests resampled in pairs)"
+            if paired_requests else "within-pair sampling")
     sampling = f"{part} {math.sqrt(w):.2%}" if w is not None else f"{part} not known"
     method = (f"duet: t-test on {k} boot pair{'s' * (k != 1)}' log(B ÷ A) (df {df}): {spread}{sampling} + pair part "
               f"{math.sqrt(pair_var):.2%}{pooled}")

@@ -259,6 +259,36 @@ def sampling_log_var(values: Sequence[float], statistic: str | float = "median",
     return max(var, floor)
 
 
+def paired_sampling_log_var(a: Sequence[float], b: Sequence[float], statistic: str = "median",
+                            resamples: int = 1000, seed: int | str = 0) -> float | None:
+    """The log-scale variance of statistic(``b``) ÷ statistic(``a``) under resampling of request pairs:
+    ``a[i]`` and ``b[i]`` are the two sides' i-th requests of a duet, sent one after the other, so
+    whatever moved the machine between them moved both; resampling the pairs (the same indices for
+    both sides) keeps that, where resampling each side alone (``sampling_log_var`` of each, summed)
+    counts it twice.  The sampling part of a boot pair's log(B ÷ A), floored at one pair's share of
+    the ratios' spread.  Pairs where either value is not positive are left out; None for fewer than 3."""
+    import numpy as np
+
+    pairs = [(x, y) for x, y in zip(a, b) if x > 0 and y > 0]
+    if len(pairs) < 3:
+        return None
+    import zlib
+
+    xa = np.asarray([p[0] for p in pairs], dtype=float)
+    xb = np.asarray([p[1] for p in pairs], dtype=float)
+    rng = np.random.default_rng(seed if isinstance(seed, int) else zlib.crc32(str(seed).encode()))
+    idx = rng.integers(0, len(pairs), (resamples, len(pairs)))
+    if statistic == "mean":
+        sa, sb = xa[idx].mean(axis=1), xb[idx].mean(axis=1)
+    else:
+        q = 50.0 if statistic == "median" else float(statistic)
+        sa, sb = np.percentile(xa[idx], q, axis=1), np.percentile(xb[idx], q, axis=1)
+    logs = np.log(sb / sa)
+    var = float(logs.var(ddof=1))
+    floor = (float(np.log(xb / xa).std(ddof=1)) / len(pairs)) ** 2
+    return max(var, floor)
+
+
 def fraction_log_var(hits: int, n: int) -> float | None:
     """The log-scale sampling variance of a share ``hits / n`` (binomial, with a half request added to
     each count so that 0 and n are not exact): the sampling part of a goodput figure."""

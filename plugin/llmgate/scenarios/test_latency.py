@@ -103,7 +103,7 @@ def test_ttft_c1(gate):
                             statistic="median over requests")
             if v is not None:
                 verdicts[part] = v
-        gate.record(metrics.TTFT_C1, [statistics.median(ttfts)], variant,
+        gate.record(metrics.TTFT_C1, [statistics.median(ttfts)], variant, {"request_values_s": ttfts},
                     sampling=stats.sampling_log_var(ttfts, "median"), requests=len(ttfts), parts=verdicts, **info)
 
 

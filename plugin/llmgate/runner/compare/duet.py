@@ -11,7 +11,7 @@ import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any
 
-from llmgate.analysis import noise_prior
+from llmgate.analysis import noise_prior, stats
 from llmgate.analysis.paired import judge_duet
 from llmgate.analysis.stats import Noise, median
 from llmgate.analysis.verdict import Verdict, judge as judge_one
@@ -110,7 +110,9 @@ def judge_pairs(rec: Recorder, metric: metrics.Metric, key: str, cfg: ServerConf
                                  run.settings.alpha, baseline, a_sampling=[x[1] for x in a],
                                  b_sampling=[x[1] for x in b], requests=requests,
                                  assumed=noise_prior.duet_assumed(cfg.device, metric,
-                                                                  "window" if grain == "rounds" else grain))
+                                                                  "window" if grain == "rounds" else grain),
+                                 pair_sampling=[_paired_sampling(x, y) for x, y in zip(a, b)]
+                                 if grain == "request" else None)
         how = {"window": "window by window", "request": "request by request"}.get(
             grain, f"in rounds of windows ({len(done[ks[0]][a_name])} a side a pair, paired round by round)")
         notes = [f"duet: {len(ks)} boot pair(s), side {a_name} and side {b_name} resident together, "
@@ -164,6 +166,19 @@ def judge_cut(run: GateRun) -> None:
                 continue
             book.pending.pop(slot, None)
             judge_pairs(rec, metric, slot[2], rec.entry, slot[1], {}, {}, cut_of=rec.boot.of)
+
+
+def _paired_sampling(a: Round, b: Round) -> float | None:
+    """One boot pair's sampling part of log(B ÷ A) from the two sides' requests in pairs, in the order they
+    took turns (``stats.paired_sampling_log_var``), where both recorded them (a figure that is one median
+    over requests: its raw ``request_values_s``); None otherwise."""
+    ra, rb = a[3], b[3]
+    if not (isinstance(ra, dict) and isinstance(rb, dict)):
+        return None
+    va, vb = ra.get("request_values_s"), rb.get("request_values_s")
+    if not (isinstance(va, list) and isinstance(vb, list)):
+        return None
+    return stats.paired_sampling_log_var([float(x or 0) for x in va], [float(x or 0) for x in vb])
 
 
 def _round_values(rounds: list[Round]) -> list[float]:
