@@ -203,15 +203,17 @@ class Gate:
         comparable; None otherwise (a save run, no baseline, another setup)."""
         return self._recorder.baseline_info(metric, variant)
 
-    def record_engine_parts(self, result: SteadyResult, variant: str | None = None) -> dict[str, Verdict]:
+    def record_engine_parts(self, result: SteadyResult, variant: str | None = None,
+                            only: tuple[str, ...] | None = None) -> dict[str, Verdict]:
         """Record the engine's own timers over a steady window and the front end's share of TTFT
         (``llmgate.figures.engine_parts``, one value per repeat) as metrics of this test
         (``engine_ttft``, ``engine_queue``, ``engine_prefill``, ``engine_tpot``, ``engine_e2e``,
-        ``frontend_ttft``); their verdicts by part, to pass as a TTFT's ``record(..., parts=)``."""
+        ``frontend_ttft``); their verdicts by part, to pass as a TTFT's ``record(..., parts=)``.
+        ``only``: those parts alone (a window of few requests: its per-request phases are not figures)."""
         out = {}
         for part, values in figures.engine_parts(result, self.server.engine, self.settings.repeats).items():
             metric = metrics.ENGINE_PART_METRICS.get(part)
-            if metric is None or not values:
+            if metric is None or not values or (only is not None and part not in only):
                 continue
             v = self._recorder.record(metric, values, variant)
             if v is not None:
