@@ -14,11 +14,12 @@
 #               or improved; windows in rounds (`[scenarios] duet_rounds`, default 3)
 #     2. knobs: side B slowed on purpose (tests/validation/slowdown, gpu/make-slow-launcher.sh):
 #               ADMIT_US µs of host work in the engine core in every scheduler step that admits a
-#               request (default 600: the prefill path, ~+4% of TTFT at 128 tokens; the forward's
+#               request (default 600 on an H200, 1,200 on an H100: the prefill path, ~+4% of TTFT at 128 tokens; the forward's
 #               prefill knob is graph-captured on the H200 and did not act at 800 µs) and
 #               FRONTEND_BLOCK_US µs of busy wait in the API server before the engine sees a request
 #               (default 500); TTFT c=1 at 128 tokens only (gpu/duet-knobs.toml), minimum effects
-#               lowered to what the duet can see (3% TTFT, engine TTFT and prefill); both must be
+#               lowered to what the duet can see (3% TTFT, engine TTFT and prefill; the front end 5%
+#               and 0.3 ms; AA_MIN=1 gives the A/A the same); both must be
 #               flagged and attributed
 #     3. cores: an A/A of TTFT c=1 at 128 tokens (gpu/duet-knobs.toml) with each side's server pinned to
 #               cores of its own (taskset: PIN_A, default 4-9; PIN_B, 10-15) and the client to PIN_CLIENT
@@ -34,10 +35,14 @@ files=()
 common=(-p no:cacheprovider --durations=0)       # each session gives its own --llmgate-boots
 . gpu/campaign-lib.sh
 base=/tmp/llmgate-launchers/vllm-python
+# the knobs' minimum effects: what the duet can see of TTFT c=1 (3%), and the front end at 5% and 0.3 ms
+# (its default floor, 0.5 ms, is the knob's own size); AA_MIN=1 gives the A/A the same, as its control
+knob_min=(--llmgate-min-effect ttft_c1=0.03 --llmgate-min-effect engine_prefill=0.03
+          --llmgate-min-effect engine_ttft=0.03 --llmgate-min-effect frontend_ttft=0.05:0.0003)
 aa_k="gpu-vllm-8b and (decode_c1 or test_concurrency or ttft_c1 or poisson_load) and not sweep and not arrival_rate"
 
 case "${1:-}" in
-start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-600}" \
+start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-}" AA_MIN="${AA_MIN:-}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" KNOBS_PAIRS="${KNOBS_PAIRS:-${PAIRS:-3}}" \
          AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-700}" \
          AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" ORDER="${ORDER:-aa knobs}" \
@@ -47,7 +52,12 @@ wait)  campaign_wait "${2:-540}" ;;
 run)
   mkdir -p "$work"
   machine_line
-  slow=$(KNOB=admit gpu/make-slow-launcher.sh "${ADMIT_US:-600}" "$base")
+  # the prefill-path knob sized to about +4% of the card's TTFT at 128 tokens: ~14 ms on an H200 (600 µs),
+  # ~24.5 ms on an H100, where 600 µs moved the engine's prefill by only 0.3-0.55 ms (1,200 µs)
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  case "$card" in *H100*) ADMIT_US=${ADMIT_US:-1200} ;; *) ADMIT_US=${ADMIT_US:-600} ;; esac
+  echo "card: $card; admit knob ${ADMIT_US} µs, front-end knob ${FRONTEND_BLOCK_US:-500} µs"
+  slow=$(KNOB=admit gpu/make-slow-launcher.sh "${ADMIT_US}" "$base")
   slow=$(KNOB=frontend-block gpu/make-slow-launcher.sh "${FRONTEND_BLOCK_US:-500}" "$slow")
   echo "side B of the knobs: $slow"; grep '^export' "$slow"
   for which in ${ORDER:-aa knobs}; do
@@ -56,13 +66,12 @@ run)
       files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
              plugin/llmgate/scenarios/test_latency.py)
       MATRIX=${AA_MATRIX:+$PWD/$AA_MATRIX} session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
-        --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}" ;;
+        --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}" ${AA_MIN:+"${knob_min[@]}"} ;;
     knobs)
       files=(plugin/llmgate/scenarios/test_latency.py)
       MATRIX=$PWD/gpu/duet-knobs.toml session knobs "${KNOBS_DEADLINE:-700}" -- -k "gpu-vllm-8b and ttft_c1" \
         --llmgate-ab "A=$base" --llmgate-ab "B=$slow" --llmgate-accept inconclusive \
-        --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" --llmgate-min-effect ttft_c1=0.03 \
-        --llmgate-min-effect engine_prefill=0.03 --llmgate-min-effect engine_ttft=0.03 ;;
+        --llmgate-boots "${KNOBS_PAIRS:-${PAIRS:-3}}" "${knob_min[@]}" ;;
     cores)
       mkdir -p /tmp/llmgate-cores
       for side in A B; do

@@ -62,9 +62,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="concurrency of the concurrency test (default 8)")
     g.addoption("--llmgate-request-timeout", type=float, default=None, metavar="S",
                 help="per-request timeout in seconds (default 300)")
-    g.addoption("--llmgate-min-effect", action="append", default=[], metavar="METRIC=FRACTION",
+    g.addoption("--llmgate-min-effect", action="append", default=[], metavar="METRIC=FRACTION[:ABS]",
                 help="smallest relative change in the worse direction that counts as a regression, "
-                     "e.g. decode_tok_s=0.1 (repeatable; overrides matrix entries and metric defaults)")
+                     "e.g. decode_tok_s=0.1 (repeatable; overrides matrix entries and metric defaults); "
+                     ":ABS also sets the change in the metric's own unit it must exceed, "
+                     "e.g. frontend_ttft=0.05:0.0003 (5% and 0.3 ms)")
     g.addoption("--llmgate-reference", metavar="NAME",
                 help="print this run beside published reference figures at the end "
                      "(e.g. seed-rtx4070, from baselines/reference/)")

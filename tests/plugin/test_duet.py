@@ -3,6 +3,7 @@ measure boots run once per boot pair, both sides at the same time (each in a thr
 gate of its side), and side B is judged against side A pair by pair (log B ÷ A)."""
 
 import json
+import pytest
 
 import boot_runs
 
@@ -82,6 +83,23 @@ def test_a_duet_runs_one_test_per_boot_pair_and_judges_b_against_a_pair_by_pair(
     duet = names["measure[first]::decode_tok_s"]["extra_info"]["llmgate"]["duet"]
     assert duet["baseline_side"] == "A" and duet["candidate_side"] == "B" and duet["pairs"] == 3
     assert [round(x) for x in duet["baseline_side_boot_values"]] == [100, 110, 92]
+
+
+def test_a_floor_in_the_metrics_own_unit_from_the_command_line(pytester):
+    # B's TTFT is 8% (1.5-1.8 ms) slower on every pair: over a 2 ms floor it does not count, over 1 ms it does
+    levels = (100, 110, 92)
+    values = {"A": [boots(lv, (1.0,))[0] for lv in levels], "B": [boots(lv, (1.0,))[0] for lv in levels],
+              "ttft_A": [0.0200, 0.0220, 0.0184], "ttft_B": [0.0200 * 1.08, 0.0220 * 1.081, 0.0184 * 1.079]}
+    run(pytester, values, "--llmgate-accept", "inconclusive", "--llmgate-min-effect", "ttft_c1=0.05:0.002")
+    v = verdicts(pytester)["ttft_c1@p128"]
+    assert v["status"] != "regressed" and v["min_abs_effect"] == 0.002, v
+    r = run(pytester, values, "--llmgate-min-effect", "ttft_c1=0.05:0.001")
+    assert r.ret == 1, r.stdout.str()[-3000:]
+    v = verdicts(pytester)["ttft_c1@p128"]
+    assert v["status"] == "regressed" and v["min_abs_effect"] == 0.001, v
+    r = pytester.runpytest("--llmgate-min-effect", "ttft_c1=0.05:soon")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--llmgate-min-effect 'ttft_c1=0.05:soon'*FRACTION[[]:ABS[]]*"])
 
 
 def test_a_duet_of_the_same_engine_passes_where_the_pairs_moved_together(pytester):

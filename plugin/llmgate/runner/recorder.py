@@ -69,6 +69,7 @@ class Recorder:
         if not values:
             raise ValueError(f"{metric.name}: no values to record")
         metrics.register(metric)                 # a team's own Metric: known to options and reports from here on
+        metric = self.run.tuned(metric)          # --llmgate-min-effect METRIC=FRACTION:ABS
         key = metric.name + (f"@{variant}" if variant else "")
         self._claim(key)
         test = getattr(self.item, "originalname", self.item.name)

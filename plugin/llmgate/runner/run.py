@@ -246,6 +246,12 @@ class GateRun:
                     return float(source[k])
         return metric.min_effect
 
+    def tuned(self, metric: metrics.Metric) -> metrics.Metric:
+        """``metric`` with the floor ``--llmgate-min-effect METRIC=FRACTION:ABS`` gave it (its
+        ``min_abs_effect``, in the metric's own unit), else ``metric`` itself."""
+        floor = self.settings.min_abs_effect.get(metric.name)
+        return metric if floor is None else dataclasses.replace(metric, min_abs_effect=floor)
+
     def finish(self, session: pytest.Session) -> None:
         """(pytest_sessionfinish) Stop every server, complete the notes, build the run's record
         (``record``: what the history and llmgate's terminal section read), append the run history,

@@ -21,6 +21,8 @@ class Settings:
     request_timeout: float = 300.0
     alpha: float = DEFAULT_ALPHA
     min_effect: dict[str, float] = dataclasses.field(default_factory=dict)
+    # METRIC=FRACTION:ABS: the change in the metric's own unit a regression must exceed as well
+    min_abs_effect: dict[str, float] = dataclasses.field(default_factory=dict)
     allow_mismatch: bool = False
     confirm: bool = True
     ab: tuple[tuple[str, str], ...] = ()
@@ -33,17 +35,22 @@ class Settings:
     @classmethod
     def from_config(cls, config: pytest.Config) -> Settings:
         d = cls()
-        min_effect = {}
+        min_effect, min_abs_effect = {}, {}
         for item in config.getoption("llmgate_min_effect") or []:
             name, sep, value = item.partition("=")
+            fraction, colon, floor = value.partition(":")
             try:
                 metrics.get(name)
-                min_effect[name] = float(value)
+                min_effect[name] = float(fraction)
+                if colon:
+                    min_abs_effect[name] = float(floor)
             except (KeyError, ValueError):
-                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION with a known metric "
-                                        f"({', '.join(sorted(metrics.REGISTRY))})") from None
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION[:ABS] with a known "
+                                        f"metric ({', '.join(sorted(metrics.REGISTRY))})") from None
             if not sep:
-                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION")
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: expected METRIC=FRACTION[:ABS]")
+            if min_effect[name] < 0 or min_abs_effect.get(name, 0.0) < 0:
+                raise pytest.UsageError(f"--llmgate-min-effect {item!r}: FRACTION and ABS must be >= 0")
 
         try:
             accept = parse_accept(config.getoption("llmgate_accept", None) or [])
@@ -59,6 +66,7 @@ class Settings:
                 concurrency=opt("llmgate_concurrency", d.concurrency),
                 request_timeout=opt("llmgate_request_timeout", d.request_timeout),
                 alpha=opt("llmgate_alpha", d.alpha), min_effect=min_effect,
+                min_abs_effect=min_abs_effect,
                 allow_mismatch=bool(config.getoption("llmgate_allow_mismatch")),
                 confirm=not config.getoption("llmgate_no_confirm"),
                 ab=parse_ab(config.getoption("llmgate_ab") or [], config.getoption("llmgate_pinned")),
