@@ -12,7 +12,7 @@ import pytest
 from llmgate.analysis.verdict import IMPROVED, INCONCLUSIVE, REGRESSED, UNCHANGED, Verdict, hold_disturbed, judge_boots
 from llmgate.core import metrics
 from llmgate.load.steady import Steady, _Controller
-from llmgate.process.meters import MachineLoad, run_root
+from llmgate.process.meters import MachineLoad, run_root, tree_cpu_times
 
 
 def _cap(segments: list[float], tol: float = 0.02) -> _Controller:
@@ -79,10 +79,10 @@ def test_the_machine_load_counts_other_processes_not_this_run_s_own(tmp_path):
     load = MachineLoad(None)
     own = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
     child = psutil.Process(own.pid)
-    before, child_before = load._tree_cpu([load.root]), _cpu(child)
+    before, child_before = sum(cpu for _, cpu in tree_cpu_times([load.root]).values()), _cpu(child)
     time.sleep(1.0)
     child_used = _cpu(child) - child_before
-    during = load._tree_cpu([load.root])
+    during = sum(cpu for _, cpu in tree_cpu_times([load.root]).values())
     own.wait()
     assert child_used > 0.1 and during - before >= 0.9 * child_used, (before, during, child_used)
     # a loop that is not of this run is counted as others

@@ -56,6 +56,29 @@ class MemorySampler(threading.Thread):
         self._stop.set()
 
 
+def tree_cpu_times(roots: list[int | None]) -> dict[int, tuple[str, float]]:
+    """Each process of the trees of ``roots`` (each counted once; a root that is gone adds nothing):
+    pid → (name, CPU seconds, user + system)."""
+    procs: dict[int, psutil.Process] = {}
+    for pid in roots:
+        if pid is None:
+            continue
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                procs.setdefault(p.pid, p)
+        except psutil.Error:
+            pass
+    out: dict[int, tuple[str, float]] = {}
+    for p in procs.values():
+        try:
+            t = p.cpu_times()
+            out[p.pid] = (p.name(), t.user + t.system)
+        except psutil.Error:
+            pass
+    return out
+
+
 class EngineCpu:
     """CPU time of each process of a server's tree over a ``with`` block, as a share of one core:
     an engine process near 100% is what makes a small model on a big GPU host-bound."""
@@ -67,19 +90,7 @@ class EngineCpu:
         self.after: dict[int, tuple[str, float]] = {}
 
     def _read(self) -> dict[int, tuple[str, float]]:
-        out: dict[int, tuple[str, float]] = {}
-        try:
-            root = psutil.Process(self.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return out
-        for p in procs:
-            try:
-                t = p.cpu_times()
-                out[p.pid] = (p.name(), t.user + t.system)
-            except psutil.Error:
-                pass
-        return out
+        return tree_cpu_times([self.pid])
 
     def __enter__(self) -> EngineCpu:
         self.before, self.t0 = self._read(), time.monotonic()
@@ -125,30 +136,9 @@ class MachineLoad:
         cpus = [i for i in self.cpus if i < len(per)] or range(len(per))
         return sum(getattr(per[i], f, 0.0) for i in cpus for f in self.FIELDS)
 
-    @staticmethod
-    def _tree_cpu(roots: list[int | None]) -> float:
-        """CPU seconds of every process of the trees of ``roots`` (each counted once)."""
-        procs: dict[int, psutil.Process] = {}
-        for pid in roots:
-            if pid is None:
-                continue
-            try:
-                root = psutil.Process(pid)
-                for p in [root, *root.children(recursive=True)]:
-                    procs.setdefault(p.pid, p)
-            except psutil.Error:
-                pass
-        total = 0.0
-        for p in procs.values():
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
-
     def _read(self) -> tuple[float, float, float]:
-        return time.monotonic(), self._busy(), self._tree_cpu([self.engine_pid, self.root])
+        own = tree_cpu_times([self.engine_pid, self.root])
+        return time.monotonic(), self._busy(), sum(cpu for _, cpu in own.values())
 
     def __enter__(self) -> MachineLoad:
         self._start = self._read()
