@@ -338,7 +338,13 @@ def llmgate_boot() -> MeasurementBoot | None:
 def llmgate_server(_llmgate_booted: ServerHandle, llmgate_boot: MeasurementBoot | None,
                    llmgate_run: GateRun) -> ServerHandle:
     """The running server of this test's matrix entry (booted once per run, and once per
-    measurement boot for tests marked ``boots``)."""
+    measurement boot for tests marked ``boots``).  In a duet, a test outside the boot pairs (quality
+    checks, the client's overhead) gets side B's: the candidate's output is what they check."""
+    partner = llmgate_run.pool.partner(_llmgate_booted.config.id) if llmgate_boot is None else None
+    if partner is not None:
+        if not partner.alive():
+            pytest.fail(partner.death_report(), pytrace=False)
+        return partner
     if llmgate_boot is not None and _llmgate_booted.alive():
         llmgate_run.pool.ensure_boot(_llmgate_booted.config, llmgate_boot)
     if not _llmgate_booted.alive():       # its log's tail once, with the first test that sees it

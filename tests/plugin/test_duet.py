@@ -115,6 +115,31 @@ def test_a_duet_of_the_same_engine_passes_where_the_pairs_moved_together(pyteste
     assert statuses["ttft_c1@p128"] == "unchanged", statuses
 
 
+def test_a_test_outside_the_boot_pairs_is_not_a_missing_comparison(pytester):
+    # a quality check (no `boots` mark) records a figure in A/B mode: its own checks gate it, it is
+    # not "not gated"; the pairs' verdicts decide the run
+    src = PER_PAIR_TEST + """
+
+def test_quality(llmgate_config, gate):
+    gate.record(metrics.PASS_RATE, [1.0], "guaranteed")
+"""
+    levels = (100, 112, 90)
+    values = {"A": [boots(lv, (1.0,))[0] for lv in levels], "B": [boots(lv, (1.0,))[0] for lv in levels],
+              "ttft_A": [0.0200, 0.0230, 0.0181], "ttft_B": [0.0201, 0.0229, 0.0181]}
+    r = boot_runs.run(pytester, ENTRIES, src, values, "--llmgate-ab", "A=/opt/pinned/python", "--llmgate-ab",
+                      "B=/opt/nightly/python", "--llmgate-boots", "3", "--llmgate-accept", "inconclusive")
+    assert r.ret == 0, r.stdout.str()[-3000:]
+    v = verdicts(pytester)["quality_pass_rate@guaranteed"]
+    assert v["status"] == "no baseline" and v["no_baseline"] == "not compared in A/B mode", v
+    assert "its own checks are its gate" in v["note"], v
+    assert "not gated" not in r.stdout.str(), r.stdout.str()[-3000:]
+    # alone, nothing was compared: it never reads as passed
+    r = boot_runs.run(pytester, ENTRIES, src, values, "--llmgate-ab", "A=/opt/pinned/python", "--llmgate-ab",
+                      "B=/opt/nightly/python", "--llmgate-boots", "3", "-k", "quality")
+    summary = (pytester.path / ".llmgate" / "summary.md").read_text()
+    assert "measured, not compared" in summary and "no regression" not in summary, summary[:800]
+
+
 def test_alternate_mode_still_boots_the_sides_in_turn(pytester):
     pytester.makefile(".toml", llmgate=ENTRIES)
     pytester.makepyfile(test_rec=PER_PAIR_TEST)

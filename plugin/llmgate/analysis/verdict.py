@@ -42,6 +42,10 @@ class NoBaseline(StrEnum):
     DEVICE = "no baseline for this device"
     MODEL = "no baseline for this model"
     CONFIGURATION = "no baseline for this configuration"
+    # A/B mode (no --benchmark-compare) compares the scenarios that measure boots; a test outside
+    # them (quality checks, the client's overhead) runs once, on side B, and its own checks gate it:
+    # not a comparison that is missing, so it does not fail the run as one (report.outcome.not_gated)
+    OUTSIDE_AB = "not compared in A/B mode"
 
 
 class MdeBasis(StrEnum):

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from llmgate.analysis.verdict import INCONCLUSIVE, NO_BASELINE, REFUSED, REGRESSED
+from llmgate.analysis.verdict import INCONCLUSIVE, NO_BASELINE, REFUSED, REGRESSED, NoBaseline
 
 NO_BASELINE_OK = "no-baseline"
 INCONCLUSIVE_OK = "inconclusive"
@@ -59,7 +59,7 @@ def _names(vs: list[dict[str, Any]], extra=None) -> str:
 
 def not_gated(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The verdicts of a comparison that found no comparable baseline (none stored, or refused)."""
-    return [v for v in verdicts if v["status"] in (NO_BASELINE, REFUSED)]
+    return [v for v in verdicts if v["status"] in (NO_BASELINE, REFUSED) and v.get("no_baseline") != NoBaseline.OUTSIDE_AB]
 
 
 def inconclusive(verdicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -193,4 +193,12 @@ def outcome(rep: dict[str, Any]) -> Outcome:
                     WARN if ok and not fails else BAD)
     if not verdicts:
         return made(NOTHING, "⚠️ nothing measured", "nothing measured: no verdict was recorded", WARN)
+    outside = [v for v in verdicts if v.get("no_baseline") == NoBaseline.OUTSIDE_AB]
+    if len(outside) == len(verdicts):
+        return made(NOT_COMPARED, f"ℹ️ measured, not compared ({len(verdicts)} verdict(s))",
+                    f"measured, not compared: {len(verdicts)} verdict(s) of tests outside A/B mode's comparison "
+                    f"(it compares the scenarios that measure boots)", WARN)
+    if outside:
+        return made(PASSED, "✅ no regression", f"no regression: every compared verdict was decided ({len(outside)} "
+                    f"more outside A/B mode's comparison: their tests' own checks gate them)", GOOD)
     return made(PASSED, "✅ no regression", "no regression: every verdict was compared and decided", GOOD)

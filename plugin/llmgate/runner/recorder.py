@@ -262,6 +262,9 @@ class Recorder:
         if self.side is not None and self.side.handle is not None:
             return self.side.handle
         cfg = self.entry
+        partner = self.run.pool.partner(cfg.id) if cfg is not None and self.boot is None else None
+        if partner is not None:              # a duet: a test outside the boot pairs measures side B
+            return partner
         server = self.run.servers.get(cfg.id) if cfg else None
         return server.handle if server is not None else None
 

@@ -13,7 +13,7 @@ import pytest
 
 from llmgate.analysis import noise_prior
 from llmgate.analysis.stats import Noise
-from llmgate.analysis.verdict import Verdict, hold_disturbed, judge_boots
+from llmgate.analysis.verdict import NoBaseline, Verdict, hold_disturbed, judge_boots
 from llmgate.engines.base import engine_label
 from llmgate.runner.compare.figure import Figure, kept_boots
 from llmgate.store import baseline as baseline_store, benchmark_files, fingerprint as fingerprints, keys
@@ -48,6 +48,12 @@ def judge(rec: Recorder, fig: Figure) -> Verdict | None:
         if missing:
             notes.append(missing.note)
             run.note_once(f"{cfg.id if cfg else item.name}: {missing.note}")
+        elif run.settings.ab and not baseline_store.compared_spec(item.config):
+            on = "on side B (the candidate)" if cfg is not None and run.pool.partner(cfg.id) is not None else "once"
+            missing = baseline_store.Missing(
+                NoBaseline.OUTSIDE_AB, f"{NoBaseline.OUTSIDE_AB}: A/B mode compares the scenarios that measure "
+                f"boots; this test ran {on}, and its own checks are its gate")
+            notes.append(missing.note)
     if base is not None:
         base_info = base[1]["extra_info"][benchmark_files.EXTRA_KEY]
         base_fp = base_info.get("fingerprint") or {}
