@@ -56,9 +56,11 @@ class MemorySampler(threading.Thread):
         self._stop.set()
 
 
-def tree_cpu_times(roots: list[int | None]) -> dict[int, tuple[str, float]]:
+def tree_cpu_times(roots: list[int | None], reaped: bool = False) -> dict[int, tuple[str, float]]:
     """Each process of the trees of ``roots`` (each counted once; a root that is gone adds nothing):
-    pid → (name, CPU seconds, user + system)."""
+    pid → (name, CPU seconds, user + system).  ``reaped``: each also carries its children that ended
+    and were waited for, so that a tree's sum does not drop when one of its processes exits (an xdist
+    worker's engine, a compile job) - only a process orphaned to init takes its time out of the tree."""
     procs: dict[int, psutil.Process] = {}
     for pid in roots:
         if pid is None:
@@ -73,7 +75,8 @@ def tree_cpu_times(roots: list[int | None]) -> dict[int, tuple[str, float]]:
     for p in procs.values():
         try:
             t = p.cpu_times()
-            out[p.pid] = (p.name(), t.user + t.system)
+            gone = getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0) if reaped else 0.0
+            out[p.pid] = (p.name(), t.user + t.system + gone)
         except psutil.Error:
             pass
     return out
@@ -137,7 +140,7 @@ class MachineLoad:
         return sum(getattr(per[i], f, 0.0) for i in cpus for f in self.FIELDS)
 
     def _read(self) -> tuple[float, float, float]:
-        own = tree_cpu_times([self.engine_pid, self.root])
+        own = tree_cpu_times([self.engine_pid, self.root], reaped=True)
         return time.monotonic(), self._busy(), sum(cpu for _, cpu in own.values())
 
     def __enter__(self) -> MachineLoad:
