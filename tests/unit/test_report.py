@@ -174,3 +174,13 @@ def test_engine_label_names_build_commit_and_launcher():
     assert engine_label({"engine": "vllm", "version": "0.32.0", "commit": "1a2b3c4d5e6f7"}, "/opt/b/python") == \
         "vllm 0.32.0 (commit 1a2b3c4d5e, launcher /opt/b/python)"
     assert engine_label(None) == "" and engine_label({"engine": None, "version": None}) == ""
+
+
+def test_the_summary_names_the_gpus_a_run_measured_on_not_only_its_host():
+    # every GPU run's summary.md once read "Device: Intel(R) Xeon(R) Processor"
+    rep = build(verdicts())
+    rep["device"] = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 16,
+                     "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_total": 85520809984}]}
+    assert "Device: 1× NVIDIA H100 80GB HBM3 (80 GiB each) on Intel(R) Xeon(R) Processor · " in report.markdown(rep)
+    rep["device"] = {"cpu": "AMD EPYC 7B13"}
+    assert "Device: AMD EPYC 7B13 · " in report.markdown(rep)

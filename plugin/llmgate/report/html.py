@@ -414,10 +414,7 @@ def _dev_text(dev: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     gpus = dev.get("gpus") or []
     if gpus:
-        names = Counter(g.get("name", "?") for g in gpus)
-        mem = {g.get("memory_total") for g in gpus if g.get("memory_total")}
-        out.append(("GPUs", ", ".join(f"{n}× {name}" for name, n in names.items())
-                    + (f" ({max(mem) / 2**30:.0f} GiB each)" if mem else "")))
+        out.append(("GPUs", reports.gpu_words(gpus)))
         if dev.get("driver"):
             out.append(("driver", f"{dev['driver']}" + (f", CUDA {dev['cuda']}" if dev.get("cuda") else "")))
     if dev.get("cpu"):

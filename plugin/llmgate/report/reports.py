@@ -335,6 +335,21 @@ def page_line(page: str) -> str:
             + (f"; in the [run's artifacts]({run})" if run else "") + ".")
 
 
+def gpu_words(gpus: list[dict[str, Any]]) -> str:
+    """The GPUs a run measured on, by name and count: "1× NVIDIA H100 80GB HBM3 (80 GiB each)"."""
+    names = Counter(g.get("name", "?") for g in gpus)
+    mem = {g.get("memory_total") for g in gpus if g.get("memory_total")}
+    return (", ".join(f"{n}× {name}" for name, n in names.items())
+            + (f" ({max(mem) / 2**30:.0f} GiB each)" if mem else ""))
+
+
+def device_words(dev: dict[str, Any]) -> str:
+    """The device in one phrase: its GPUs on their host where it has any (the host CPU alone read as if
+    a GPU run had measured a Xeon), else the CPU."""
+    host = dev.get("name") or dev.get("cpu") or dev.get("kind", "?")
+    return f"{gpu_words(dev['gpus'])} on {host}" if dev.get("gpus") else host
+
+
 def markdown(rep: dict[str, Any], page: str | None = None) -> str:
     """A summary ready to paste into a pull request (and written to $GITHUB_STEP_SUMMARY); ``page``: the
     report page's path, named in one line under the counts."""
@@ -345,7 +360,7 @@ def markdown(rep: dict[str, Any], page: str | None = None) -> str:
     lines = [f"## llmgate: {o.headline}", ""]
     lines += [f"- {ln}" for ln in o.lines] + ([f"- **{o.fate}**"] if o.fate else []) + ([""] if o.lines or o.fate else [])
     lines += [counts_line(c) + (f" · tests: {_tests_text(rep['tests'])}" if rep.get("tests") else ""), ""]
-    lines += [f"Device: {dev.get('name') or dev.get('cpu') or dev.get('kind', '?')} · "
+    lines += [f"Device: {device_words(dev)} · "
               + " · ".join(engine_lines(rep["verdicts"], rep["boots"]) or ["engine: —"])
               + f" · created {rep['created']}", ""]
     if page:
