@@ -66,6 +66,10 @@ def _busy_loop_outside_this_run(seconds: float, pidfile) -> psutil.Process:
     return psutil.Process(int(pidfile.read_text()))
 
 
+def _tree_cpu(root: int) -> float:
+    return sum(cpu for _, cpu in tree_cpu_times([root], reaped=True).values())
+
+
 def _cpu(p: psutil.Process) -> float:
     t = p.cpu_times()
     return t.user + t.system
@@ -79,15 +83,15 @@ def test_the_machine_load_counts_other_processes_not_this_run_s_own(tmp_path):
     load = MachineLoad(None)
     own = subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
     child = psutil.Process(own.pid)
-    before, child_before = sum(cpu for _, cpu in tree_cpu_times([load.root], reaped=True).values()), _cpu(child)
+    before, child_before = _tree_cpu(load.root), _cpu(child)
     time.sleep(1.0)
     child_used = _cpu(child) - child_before
-    during = sum(cpu for _, cpu in tree_cpu_times([load.root], reaped=True).values())
+    during = _tree_cpu(load.root)
     own.wait()
     assert child_used > 0.1 and during - before >= 0.9 * child_used, (before, during, child_used)
     # ...and stays in it when the child has ended and been waited for (CI once read the sum drop 1.6 s
     # when the other xdist worker's engine exited, and the test fail)
-    after = sum(cpu for _, cpu in tree_cpu_times([load.root], reaped=True).values())
+    after = _tree_cpu(load.root)
     assert after >= during - 0.05, (during, after)
     # a loop that is not of this run is counted as others
     loop = _busy_loop_outside_this_run(3.0, tmp_path / "pid")
