@@ -253,3 +253,74 @@ def test_an_interrupted_duet_judges_the_pairs_both_sides_finished_and_still_read
     summary = (pytester.path / ".llmgate" / "summary.md").read_text()
     assert summary.startswith("## llmgate: ⚠️ interrupted"), summary[:300]
     assert "exit status 1" not in summary, summary[:600]          # the interrupt's status 2 is the run's
+
+
+UP_EACH_PAIR = """
+import pytest
+
+@pytest.mark.boots
+def test_up(llmgate_server, llmgate_boot):
+    assert llmgate_boot.plan.duet
+"""
+
+
+def boot_span(log: str):
+    """(began, ended) of a stand-in's boot from its log (ended None: the boot did not end)."""
+    import stand_in_engine
+    began = ended = None
+    for line in open(log).read().splitlines():
+        if line.startswith(stand_in_engine.BOOT_BEGAN):
+            began = float(line[len(stand_in_engine.BOOT_BEGAN):])
+        elif line.startswith(stand_in_engine.BOOT_ENDED):
+            ended = float(line[len(stand_in_engine.BOOT_ENDED):])
+    return began, ended
+
+
+def test_a_pair_boots_both_sides_at_once_where_the_entry_fixes_its_kv_cache(pytester):
+    """With kv_cache_bytes (no memory profile that could see the other side's boot), the second pair on
+    boots A and B at once; the first pair, and an entry that sizes its cache by profiling, boot one side
+    after the other.  A pair that does not come up booted at once is booted again one side at a time."""
+    import stand_in_engine
+    from test_boot_and_death import entry, stand_in_session
+
+    model = stand_in_session(pytester)
+    lock = pytester.path / "booting.lock"
+    pytester.makefile(".toml", llmgate=entry("fixed", model, "boot-s=2", extra="kv_cache_bytes = 1000000\n")
+                      + entry("profiled", model, "boot-s=2")
+                      + entry("alone", model, "boot-s=2", f"alone={lock}", extra="kv_cache_bytes = 1000000\n"))
+    pytester.makepyfile(test_up=UP_EACH_PAIR)
+    py = stand_in_engine.sys.executable
+    r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmgate-ab", f"A={py}", "--llmgate-ab", f"B={py}",
+                                      "--llmgate-boots", "3", "--llmgate-accept", "inconclusive")
+    out = r.stdout.str()
+    assert r.parseoutcomes().get("passed") == 9, out
+    boots = json.loads((pytester.path / ".llmgate" / "report.json").read_text())["boots"]
+
+    def pairs(cid):
+        by_pair: dict[int, list] = {}
+        for b in boots[cid]:
+            pair = int(b["side"].split("(pair ")[1].split(")")[0])
+            by_pair.setdefault(pair, []).append((b["side"][0], b["startup_s"], boot_span(b["log"])))
+        return by_pair
+
+    def overlap(spans):
+        (a0, a1), (b0, b1) = spans
+        return max(a0, b0) < min(a1, b1)
+
+    fixed = pairs("fixed")
+    assert sorted(fixed) == [1, 2, 3] and all(len(p) == 2 for p in fixed.values())
+    assert not overlap([s for _, _, s in fixed[1]])                  # the first pair fills the caches
+    assert overlap([s for _, _, s in fixed[2]]) and overlap([s for _, _, s in fixed[3]])
+    assert out.count("llmgate: fixed: booting both sides at once") == 2
+    profiled = pairs("profiled")
+    assert all(not overlap([s for _, _, s in profiled[k]]) for k in (1, 2, 3))
+    assert "profiled: booting both sides at once" not in out
+    # at once, one of the two exits (another is booting): the pair boots again, one side after the other
+    alone = pairs("alone")
+    for k in (2, 3):
+        failed = [b for b in alone[k] if b[1] is None]
+        up = [b for b in alone[k] if b[1] is not None]
+        assert len(failed) >= 1 and len(up) == 2 and {b[0] for b in up} == {"A", "B"}
+        assert not overlap([s for _, _, s in up])
+        assert f"llmgate: alone: boot pair {k} did not come up booted at once (alone: stand-in server exited with code 1" in out
+    assert "booting its sides one after the other instead" in out

@@ -8,6 +8,8 @@ The process, ``python stand_in_engine.py HOST PORT MODEL [WORD…]``, logs a few
 ``never-ready``: keeps booting ("loading …" lines, a long one among them), never listening;
 ``interrupt-gate``: as never-ready, and sends SIGINT to the gate (a Ctrl-C during the boot);
 otherwise it serves: ``GET /health`` is 200, ``GET /log?line=TEXT`` writes TEXT to its log.
+``boot-s=S``: it boots for S seconds first (its log says when the boot began and ended, in
+``time.time()``); ``alone=PATH``: a boot that finds another one of ``PATH`` under way exits 1.
 """
 
 from __future__ import annotations
@@ -81,9 +83,31 @@ def _serve(host: str, port: int) -> None:
     HTTPServer((host, port), Handler).serve_forever()
 
 
+BOOT_BEGAN, BOOT_ENDED = "INFO: boot began at ", "INFO: boot ended at "
+
+
+def _boot(words: list[str]) -> None:
+    opts = dict(w.split("=", 1) for w in words if "=" in w)
+    lock = Path(opts["alone"]) if "alone" in opts else None
+    print(f"{BOOT_BEGAN}{time.time():.3f}", flush=True)
+    if lock is not None:
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            print(f"ERROR: another stand-in is booting ({lock})", flush=True)
+            sys.exit(1)
+        signal.signal(signal.SIGTERM, lambda *_: (lock.unlink(missing_ok=True), sys.exit(143)))
+    time.sleep(float(opts.get("boot-s", 0)))
+    if lock is not None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        lock.unlink()
+    print(f"{BOOT_ENDED}{time.time():.3f}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     host, port, model, *words = argv
     print(f"INFO: stand-in engine {os.getpid()} loading {model}", flush=True)
+    _boot(words)
     if "never-ready" in words or "interrupt-gate" in words:
         print(LONG, flush=True)
         if "interrupt-gate" in words:

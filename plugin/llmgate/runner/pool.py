@@ -8,6 +8,7 @@ start-up, one an interrupt broke off says so).  The engines' logs carry the sess
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from llmgate.runner.terminal import boot_progress, say
 from llmgate.load.workloads import PromptMaker
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.process import logs
-from llmgate.process.server import BootError, Server, ServerHandle
+from llmgate.process.server import BootError, Server, ServerHandle, Unsupported
 
 
 OWN_LAUNCHER = "the entry's own launcher"     # a side of --llmgate-pinned that runs what the entry would
@@ -40,6 +41,7 @@ class ServerPool:
         self.partners: dict[str, Server] = {}                 # a duet: entry → side B's server (side A's in servers)
         self._plans: dict[str, EntryBoots] = {}
         self.boots: dict[str, list[dict[str, Any]]] = {}      # entry → one record per boot
+        self.pairs_booted: set[str] = set()                   # a duet: entries whose first boot pair is up
         self.boot_up: dict[str, int] = {}                      # entry → which of its K measurement boots is up
         self._prompt_makers: dict[str, PromptMaker] = {}
         self._model_hashes: dict[str, str | None] = {}
@@ -108,49 +110,117 @@ class ServerPool:
         return self._boot(cfg)
 
     def _boot_pair(self, cfg: ServerConfig) -> ServerHandle:
-        """A duet's boot pair: side A's and side B's servers booted one after the other (A first on odd
-        pairs, B first on even ones, so that neither side is always the one booted on a fresher
-        machine) and left running together; side A's handle is returned, side B's is ``partner``."""
+        """A duet's boot pair, left running together: side A's handle is returned, side B's is
+        ``partner``.  The two servers boot at once where neither boot depends on the other
+        (``boot_together``), else one after the other (A first on odd pairs, B first on even ones, so
+        that neither side is always the one booted on a fresher machine)."""
         k = self.boot_up.get(cfg.id, 1)
         order = list(self.sides) if k % 2 else list(self.sides)[::-1]
-        booted: dict[str, ServerHandle] = {}
-        try:
-            for name, launcher in order:
-                booted[name] = self._boot(cfg, side=(name, launcher), pair=k)
-                server = self.servers.pop(cfg.id)
-                if name == self.sides[0][0]:
-                    a_server = server
-                else:
-                    self.partners[cfg.id] = server
-        except BaseException:
-            for name in booted:
-                srv = a_server if name == self.sides[0][0] else self.partners.pop(cfg.id, None)
-                if srv is not None:
-                    srv.stop()
-            raise
-        self.servers[cfg.id] = a_server
-        return booted[self.sides[0][0]]
+        servers: dict[str, Server] = {}
+        if self.boot_together(cfg):
+            try:
+                servers = self._start_together([self._server(cfg, side=side, pair=k) for side in order])
+            except Unsupported:
+                raise
+            except BootError as e:
+                first = str(e).splitlines()[0]
+                self.say(f"llmgate: {cfg.id}: boot pair {k} did not come up booted at once ({first}); "
+                         f"booting its sides one after the other instead")
+        if not servers:
+            try:
+                for side in order:
+                    server, record = self._server(cfg, side=side, pair=k)
+                    self._start(server, record)
+                    servers[side[0]] = server
+            except BaseException:
+                for server in servers.values():
+                    server.stop()
+                raise
+        self.servers[cfg.id] = servers[self.sides[0][0]]
+        self.partners[cfg.id] = servers[self.sides[1][0]]
+        self.pairs_booted.add(cfg.id)
+        handle = self.servers[cfg.id].handle
+        assert handle is not None
+        return handle
 
-    def _boot(self, cfg: ServerConfig, warmup: bool = False, side: tuple[str, str] | None = None,
-              pair: int | None = None) -> ServerHandle:
-        """``warmup``: a boot that is not measured (its record says so); ``side`` (name, launcher) and
-        ``pair``: a duet's side of boot pair ``pair``."""
+    def boot_together(self, cfg: ServerConfig) -> bool:
+        """Whether a duet boots its pair's two servers at once: where the entry fixes its KV cache
+        (``kv_cache_bytes``), neither server sizes its cache by profiling the memory the other is
+        taking while it boots (vLLM skips its memory profile with ``--kv-cache-memory-bytes``), so
+        the pair boots in the time of one.  The entry's first pair of a session still boots one side
+        after the other: its first boot fills the engine's caches (compiled graphs), which the second
+        then reads instead of the two writing them at once."""
+        return cfg.kv_cache_bytes is not None and cfg.id in self.pairs_booted
+
+    def _start_together(self, prepared: list[tuple[Server, dict[str, Any]]]) -> dict[str, Server]:
+        """Start the prepared servers at once (a thread each) and wait for all.  A boot that fails stops
+        the others at once (their records say so) and its error is raised; an interrupt stops them all."""
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def start(server: Server, record: dict[str, Any]) -> None:
+            try:
+                self._start(server, record)
+            except BaseException as e:          # noqa: BLE001 - raised in the caller's thread below
+                with lock:
+                    first = not errors
+                    errors.append(e)
+                if first:
+                    for other, other_record in prepared:
+                        if other is not server:
+                            other_record["side"] += ", stopped: the other side's boot failed"
+                            other.stop()
+
+        threads = [threading.Thread(target=start, args=item, daemon=True) for item in prepared]
+        self.say(f"llmgate: {prepared[0][0].cfg.id}: booting both sides at once (the entry fixes its KV cache)")
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except BaseException:
+            for server, _ in prepared:
+                server.stop()
+            raise
+        if errors:
+            for server, _ in prepared:
+                server.stop()
+            raise errors[0]
+        return {record["side"].split(" (", 1)[0]: server for server, record in prepared}
+
+    def _boot(self, cfg: ServerConfig, warmup: bool = False) -> ServerHandle:
+        """Boot entry ``cfg``'s server (A/B mode's side of the measurement boot now up); ``warmup``:
+        a boot that is not measured (its record says so)."""
+        server, record = self._server(cfg, warmup=warmup)
+        handle = self._start(server, record)
+        self.servers[cfg.id] = server
+        return handle
+
+    def _server(self, cfg: ServerConfig, warmup: bool = False, side: tuple[str, str] | None = None,
+                pair: int | None = None) -> tuple[Server, dict[str, Any]]:
+        """The server of the next boot of ``cfg``, not started, and its boot record; ``side`` (name,
+        launcher) and ``pair``: a duet's side of boot pair ``pair``."""
         n = len(self.boots.get(cfg.id, [])) + 1
+        side_name: str | None
         if side is not None:
             run_cfg, side_name = side_config(cfg, side[1]), side[0]
         else:
             run_cfg, side_name = boot_config(cfg, self.sides, self.boot_up.get(cfg.id, 1))
-        side = side_name
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
-        if side is not None:
-            record["side"] = side if pair is None else f"{side} (pair {pair})"
+        if side_name is not None:
+            record["side"] = side_name if pair is None else f"{side_name} (pair {pair})"
         if warmup:
             record["side"] = "warm-up, not measured"
         self.boots.setdefault(cfg.id, []).append(record)
         server = Server(run_cfg, self._matrix(), self.logs_ready(), boot_number=n, progress=self.progress,
                         port=cfg.port, say=self.say)
         self.say(f"llmgate: booting {cfg.id} ({cfg.engine}, boot {n} of this session"
-                 + (f", side {side}: {run_cfg.launcher or OWN_LAUNCHER}" if side is not None else "") + ")")
+                 + (f", side {side_name}: {run_cfg.launcher or OWN_LAUNCHER}" if side_name is not None else "") + ")")
+        return server, record
+
+    def _start(self, server: Server, record: dict[str, Any]) -> ServerHandle:
+        """Start a prepared server and complete its boot record (a failed boot keeps its log's path)."""
+        cid, run_cfg = server.cfg.id, server.cfg
         try:
             handle = server.start()
         except BootError:
@@ -159,13 +229,12 @@ class ServerPool:
         except KeyboardInterrupt:           # Ctrl-C (or SIGTERM, SIGHUP: process.interrupts) during the boot
             record.update(interrupted=True, log=str(server.log_path or self.log_dir))
             raise
-        self.servers[cfg.id] = server
         record.update(startup_s=handle.startup_s, version=handle.engine_info.version, log=str(handle.log_path))
         if handle.engine_info.commit:
             record["commit"] = handle.engine_info.commit
         if run_cfg.launcher:
             record["launcher"] = run_cfg.launcher
-        self.say(f"llmgate: {cfg.id} ready in {handle.startup_s:.1f} s "
+        self.say(f"llmgate: {cid} ready in {handle.startup_s:.1f} s "
                  f"({handle.engine_info.engine} {handle.engine_info.version}) at {handle.base_url}")
         return handle
 
