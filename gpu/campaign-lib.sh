@@ -27,6 +27,7 @@ session() {    # NAME DEADLINE_S [env assignments...] -- [pytest args...]
 campaign_start() {    # SCRIPT [env assignments for the run...]: install the engine, copy the tree, start `run`
   local script=$1; shift
   mkdir -p "$work"
+  rm -f "$work/done"            # a campaign before this one on the lease left its mark: `wait` would not wait
   LLMGATE_INSTALL_ONLY=1 gpu/run-gate.sh || return 1            # the pack → /tmp/site-vllm, /tmp/llmgate-launchers
   local src=$work-src
   rm -rf "$src" && mkdir -p "$src" && cp -r . "$src/" && rm -rf "$src"/.gpu-vllm*
