@@ -59,6 +59,9 @@ class Adapter(BaseAdapter):          # type: ignore[misc,valid-type]
     def environment(self, cfg: Any) -> dict[str, str]:
         return {GATE_PID: str(os.getpid())}
 
+    def boots_beside(self, cfg: Any) -> bool:
+        return cfg.kv_cache_bytes is not None          # as vLLM's
+
     def info(self, http: Any, base_url: str, cfg: Any = None) -> Any:
         return EngineInfo(NAME, "0")
 

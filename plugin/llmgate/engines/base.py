@@ -95,6 +95,10 @@ class Engine(Protocol):
         """The free memory each GPU needs before this engine boots ``cfg`` on a GPU of
         ``total_bytes``, with how it was reckoned; None when the engine does not say (no check)."""
 
+    def boots_beside(self, cfg: ServerConfig) -> bool:
+        """Whether two servers of ``cfg`` may boot at once on one machine (a duet's later pairs): True
+        only where nothing a boot sizes (its KV cache) depends on the memory the other is taking."""
+
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         """Read a failed boot's log; None when nothing in it is recognised."""
 
@@ -307,6 +311,9 @@ class BaseAdapter:
 
     def gpu_budget_bytes(self, cfg: ServerConfig, total_bytes: int) -> tuple[int, str] | None:
         return None
+
+    def boots_beside(self, cfg: ServerConfig) -> bool:
+        return False                # unknown: a duet boots its pairs one side after the other
 
     def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
         return None

@@ -147,6 +147,11 @@ class Adapter(PythonModuleAdapter):
         util = 0.9 if util is None else util
         return math.ceil(total_bytes * util), f"{how} × {total_bytes / (1 << 30):.1f} GiB"
 
+    def boots_beside(self, cfg: ServerConfig) -> bool:
+        # with --kv-cache-memory-bytes, Worker.determine_available_memory skips the memory profile: the
+        # cache is that size whatever the other server is taking while this one boots
+        return cfg.kv_cache_bytes is not None
+
     def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
         # vllm/config/model.py (_get_and_verify_max_len): a max_model_len above the model's derived
         # length is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (in the entry's env or ours)

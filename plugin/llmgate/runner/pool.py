@@ -118,8 +118,10 @@ class ServerPool:
         order = list(self.sides) if k % 2 else list(self.sides)[::-1]
         servers: dict[str, Server] = {}
         if self.boot_together(cfg):
+            self.say(f"llmgate: {cfg.id}: booting both sides at once (the entry fixes its KV cache)")
             try:
-                servers = self._start_together([self._server(cfg, side=side, pair=k) for side in order])
+                started = self._start_together([self._server(cfg, side=side, pair=k) for side in order])
+                servers = {name: server for (name, _), server in zip(order, started)}
             except Unsupported:
                 raise
             except BootError as e:
@@ -144,17 +146,17 @@ class ServerPool:
         return handle
 
     def boot_together(self, cfg: ServerConfig) -> bool:
-        """Whether a duet boots its pair's two servers at once: where the entry fixes its KV cache
-        (``kv_cache_bytes``), neither server sizes its cache by profiling the memory the other is
-        taking while it boots (vLLM skips its memory profile with ``--kv-cache-memory-bytes``), so
-        the pair boots in the time of one.  The entry's first pair of a session still boots one side
-        after the other: its first boot fills the engine's caches (compiled graphs), which the second
-        then reads instead of the two writing them at once."""
-        return cfg.kv_cache_bytes is not None and cfg.id in self.pairs_booted
+        """Whether a duet boots its pair's two servers at once: where the engine says neither boot
+        sizes anything from the memory the other is taking (``boots_beside``: vLLM where the entry
+        fixes its KV cache), the pair boots in the time of one.  The entry's first pair of a session
+        still boots one side after the other: its first boot fills the engine's caches (compiled
+        graphs), which the second then reads instead of the two writing them at once."""
+        return cfg.id in self.pairs_booted and engine_adapter(cfg.engine).boots_beside(cfg)
 
-    def _start_together(self, prepared: list[tuple[Server, dict[str, Any]]]) -> dict[str, Server]:
-        """Start the prepared servers at once (a thread each) and wait for all.  A boot that fails stops
-        the others at once (their records say so) and its error is raised; an interrupt stops them all."""
+    def _start_together(self, prepared: list[tuple[Server, dict[str, Any]]]) -> list[Server]:
+        """Start the prepared servers at once (a thread each) and wait for all; the servers, in order.  A
+        boot that fails stops the others at once (their records say so) and its error is raised; an
+        interrupt stops them all."""
         errors: list[BaseException] = []
         lock = threading.Lock()
 
@@ -172,7 +174,6 @@ class ServerPool:
                             other.stop()
 
         threads = [threading.Thread(target=start, args=item, daemon=True) for item in prepared]
-        self.say(f"llmgate: {prepared[0][0].cfg.id}: booting both sides at once (the entry fixes its KV cache)")
         try:
             for t in threads:
                 t.start()
@@ -184,9 +185,9 @@ class ServerPool:
             raise
         if errors:
             for server, _ in prepared:
-                server.stop()
+                server.stop()           # also one that had not started its process when the other failed
             raise errors[0]
-        return {record["side"].split(" (", 1)[0]: server for server, record in prepared}
+        return [server for server, _ in prepared]
 
     def _boot(self, cfg: ServerConfig, warmup: bool = False) -> ServerHandle:
         """Boot entry ``cfg``'s server (A/B mode's side of the measurement boot now up); ``warmup``:
