@@ -25,7 +25,8 @@
 #               cores of its own (taskset: PIN_A, default 4-9; PIN_B, 10-15) and the client to PIN_CLIENT
 #               (0-3): is a boot's own speed (the duet's pair part) where its processes land?
 # env: PAIRS (default 3), AA_PAIRS, CORES_PAIRS and KNOBS_PAIRS (each session's boot pairs, default PAIRS), AA_K (-k of
-# the A/A), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE, AA_DEADLINE and CORES_DEADLINE (seconds, default 700, 1,080 and 700),
+# the A/A), AA_FILES (its scenario files, default decode, concurrency, latency; plugin/llmgate/scenarios:
+# all), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE, AA_DEADLINE and CORES_DEADLINE (seconds, default 700, 1,080 and 700),
 # DRY=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,7 @@ case "${1:-}" in
 start) campaign_start gpu/duet-campaign.sh PAIRS="${PAIRS:-3}" ADMIT_US="${ADMIT_US:-}" AA_MIN="${AA_MIN:-}" \
          FRONTEND_BLOCK_US="${FRONTEND_BLOCK_US:-500}" AA_K="${AA_K:-$aa_k}" KNOBS_PAIRS="${KNOBS_PAIRS:-${PAIRS:-3}}" \
          AA_DEADLINE="${AA_DEADLINE:-1080}" KNOBS_DEADLINE="${KNOBS_DEADLINE:-700}" \
-         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" ORDER="${ORDER:-aa knobs}" \
+         AA_PAIRS="${AA_PAIRS:-${PAIRS:-3}}" AA_MATRIX="${AA_MATRIX:-}" AA_FILES="${AA_FILES:-}" ORDER="${ORDER:-aa knobs}" \
          CORES_PAIRS="${CORES_PAIRS:-${PAIRS:-3}}" CORES_DEADLINE="${CORES_DEADLINE:-700}" \
          PIN_A="${PIN_A:-4-9}" PIN_B="${PIN_B:-10-15}" PIN_CLIENT="${PIN_CLIENT:-0-3}" ;;
 wait)  campaign_wait "${2:-540}" ;;
@@ -63,8 +64,9 @@ run)
   for which in ${ORDER:-aa knobs}; do
     case "$which" in
     aa)
-      files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
-             plugin/llmgate/scenarios/test_latency.py)
+      if [ -n "${AA_FILES:-}" ]; then read -r -a files <<< "$AA_FILES"
+      else files=(plugin/llmgate/scenarios/test_decode.py plugin/llmgate/scenarios/test_concurrency.py
+                  plugin/llmgate/scenarios/test_latency.py); fi
       MATRIX=${AA_MATRIX:+$PWD/$AA_MATRIX} session aa "${AA_DEADLINE:-1080}" -- -k "${AA_K:-$aa_k}" --llmgate-ab "A=$base" --llmgate-ab "B=$base" \
         --llmgate-accept inconclusive --llmgate-boots "${AA_PAIRS:-${PAIRS:-3}}" ${AA_MIN:+"${knob_min[@]}"} ;;
     knobs)
