@@ -3,6 +3,7 @@ measure boots run once per boot pair, both sides at the same time (each in a thr
 gate of its side), and side B is judged against side A pair by pair (log B ÷ A)."""
 
 import json
+from pathlib import Path
 import pytest
 
 import boot_runs
@@ -287,13 +288,14 @@ def test_a_pair_boots_both_sides_at_once_where_the_entry_fixes_its_kv_cache(pyte
     lock = pytester.path / "booting.lock"
     pytester.makefile(".toml", llmgate=entry("fixed", model, "boot-s=2", extra="kv_cache_bytes = 1000000\n")
                       + entry("profiled", model, "boot-s=2")
+                      + entry("sized", model, "boot-s=2", "kv-profiled=3000000")
                       + entry("alone", model, "boot-s=2", f"alone={lock}", extra="kv_cache_bytes = 1000000\n"))
     pytester.makepyfile(test_up=UP_EACH_PAIR)
     py = stand_in_engine.sys.executable
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llmgate-ab", f"A={py}", "--llmgate-ab", f"B={py}",
                                       "--llmgate-boots", "3", "--llmgate-accept", "inconclusive")
     out = r.stdout.str()
-    assert r.parseoutcomes().get("passed") == 9, out
+    assert r.parseoutcomes().get("passed") == 12, out
     boots = json.loads((pytester.path / ".llmgate" / "report.json").read_text())["boots"]
 
     def pairs(cid):
@@ -315,6 +317,18 @@ def test_a_pair_boots_both_sides_at_once_where_the_entry_fixes_its_kv_cache(pyte
     profiled = pairs("profiled")
     assert all(not overlap([s for _, _, s in profiled[k]]) for k in (1, 2, 3))
     assert "profiled: booting both sides at once" not in out
+    # an engine that says what its first boot sized: each side's later boots are given that size, at once
+    sized = pairs("sized")
+    assert not overlap([s for _, _, s in sized[1]])
+    assert overlap([s for _, _, s in sized[2]]) and overlap([s for _, _, s in sized[3]])
+    assert out.count("llmgate: sized: booting both sides at once (each side's KV cache fixed at the size its "
+                     "first boot sized: A 0.00 GiB, B 0.00 GiB)") == 2
+    for b in boots["sized"]:
+        text = Path(b["log"]).read_text()
+        first = b["side"].endswith("(pair 1)")
+        assert (stand_in_engine.KV_SIZED + "3000000" in text) == first, (b, text)
+        assert (stand_in_engine.KV_GIVEN + "3000000" in text) == (not first), (b, text)
+        assert b.get("kv_cache_sized" if first else "kv_cache_bytes") == 3000000, b
     # at once, one of the two exits (another is booting): the pair boots again, one side after the other
     alone = pairs("alone")
     for k in (2, 3):

@@ -9,12 +9,15 @@ The process, ``python stand_in_engine.py HOST PORT MODEL [WORD…]``, logs a few
 ``interrupt-gate``: as never-ready, and sends SIGINT to the gate (a Ctrl-C during the boot);
 otherwise it serves: ``GET /health`` is 200, ``GET /log?line=TEXT`` writes TEXT to its log.
 ``boot-s=S``: it boots for S seconds first (its log says when the boot began and ended, in
-``time.time()``); ``alone=PATH``: a boot that finds another one of ``PATH`` under way exits 1.
+``time.time()``); ``alone=PATH``: a boot that finds another one of ``PATH`` under way exits 1;
+``kv-profiled=N``: a boot not given its KV cache (``kv=N``, from the entry's ``kv_cache_bytes``) logs
+that it sized one of N bytes, as vLLM's memory profile does; given one, it logs that size.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -54,13 +57,18 @@ class Adapter(BaseAdapter):          # type: ignore[misc,valid-type]
     name: ClassVar[str] = NAME
 
     def command(self, cfg: Any, model: Path, host: str, port: int) -> list[str]:
-        return [sys.executable, __file__, host, str(port), str(model), *cfg.args]
+        kv = [f"kv={cfg.kv_cache_bytes}"] if cfg.kv_cache_bytes is not None else []
+        return [sys.executable, __file__, host, str(port), str(model), *cfg.args, *kv]
 
     def environment(self, cfg: Any) -> dict[str, str]:
         return {GATE_PID: str(os.getpid())}
 
     def boots_beside(self, cfg: Any) -> bool:
         return cfg.kv_cache_bytes is not None          # as vLLM's
+
+    def kv_cache_sized(self, log_text: str) -> int | None:
+        sizes = [int(m) for m in re.findall(re.escape(KV_SIZED) + r"(\d+)", log_text)]
+        return min(sizes) if sizes else None
 
     def info(self, http: Any, base_url: str, cfg: Any = None) -> Any:
         return EngineInfo(NAME, "0")
@@ -87,6 +95,7 @@ def _serve(host: str, port: int) -> None:
 
 
 BOOT_BEGAN, BOOT_ENDED = "INFO: boot began at ", "INFO: boot ended at "
+KV_SIZED, KV_GIVEN = "INFO: KV cache sized by profiling memory: ", "INFO: KV cache given: "
 
 
 def _boot(words: list[str]) -> None:
@@ -101,6 +110,10 @@ def _boot(words: list[str]) -> None:
             sys.exit(1)
         signal.signal(signal.SIGTERM, lambda *_: (lock.unlink(missing_ok=True), sys.exit(143)))
     time.sleep(float(opts.get("boot-s", 0)))
+    if "kv" in opts:
+        print(f"{KV_GIVEN}{opts['kv']}", flush=True)
+    elif "kv-profiled" in opts:
+        print(f"{KV_SIZED}{opts['kv-profiled']}", flush=True)
     if lock is not None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         lock.unlink()

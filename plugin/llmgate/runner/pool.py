@@ -42,6 +42,9 @@ class ServerPool:
         self._plans: dict[str, EntryBoots] = {}
         self.boots: dict[str, list[dict[str, Any]]] = {}      # entry → one record per boot
         self.pairs_booted: set[str] = set()                   # a duet: entries whose first boot pair is up
+        self.kv_sized: dict[str, dict[str, int]] = {}         # a duet: entry → side → the KV cache its boot sized
+        self.entries: dict[str, ServerConfig] = {}            # entry id → the matrix's configuration (a
+                                                              # handle's is its boot's: a side's launcher, KV cache)
         self.boot_up: dict[str, int] = {}                      # entry → which of its K measurement boots is up
         self._prompt_makers: dict[str, PromptMaker] = {}
         self._model_hashes: dict[str, str | None] = {}
@@ -98,6 +101,7 @@ class ServerPool:
 
     def boot(self, cfg: ServerConfig) -> ServerHandle:
         """Boot entry ``cfg`` (the configuration of its measurement boot now up; in a duet both sides)."""
+        cfg = self.entries.setdefault(cfg.id, cfg)
         if self.sides and self.plan(cfg).duet:
             return self._boot_pair(cfg)
         if self.sides and cfg.id not in self.boots:
@@ -118,9 +122,13 @@ class ServerPool:
         order = list(self.sides) if k % 2 else list(self.sides)[::-1]
         servers: dict[str, Server] = {}
         if self.boot_together(cfg):
-            self.say(f"llmgate: {cfg.id}: booting both sides at once (the entry fixes its KV cache)")
+            sized = {} if cfg.kv_cache_bytes is not None else self.kv_sized[cfg.id]
+            self.say(f"llmgate: {cfg.id}: booting both sides at once (" + (
+                "the entry fixes its KV cache)" if not sized else "each side's KV cache fixed at the size its first "
+                "boot sized: " + ", ".join(f"{name} {sized[name] / (1 << 30):.2f} GiB" for name, _ in self.sides) + ")"))
             try:
-                started = self._start_together([self._server(cfg, side=side, pair=k) for side in order])
+                started = self._start_together([self._server(cfg, side=side, pair=k, kv_cache_bytes=sized.get(side[0]))
+                                                 for side in order])
                 servers = {name: server for (name, _), server in zip(order, started)}
             except Unsupported:
                 raise
@@ -134,6 +142,7 @@ class ServerPool:
                     server, record = self._server(cfg, side=side, pair=k)
                     self._start(server, record)
                     servers[side[0]] = server
+                    self._learn_kv_cache(cfg, side[0], server, record)
             except BaseException:
                 for server in servers.values():
                     server.stop()
@@ -148,10 +157,34 @@ class ServerPool:
     def boot_together(self, cfg: ServerConfig) -> bool:
         """Whether a duet boots its pair's two servers at once: where the engine says neither boot
         sizes anything from the memory the other is taking (``boots_beside``: vLLM where the entry
-        fixes its KV cache), the pair boots in the time of one.  The entry's first pair of a session
+        fixes its KV cache, or where each side's first boot said what it sized, ``_learn_kv_cache``,
+        and is given that size), the pair boots in the time of one.  The entry's first pair of a session
         still boots one side after the other: its first boot fills the engine's caches (compiled
         graphs), which the second then reads instead of the two writing them at once."""
-        return cfg.id in self.pairs_booted and engine_adapter(cfg.engine).boots_beside(cfg)
+        if cfg.id not in self.pairs_booted:
+            return False
+        adapter = engine_adapter(cfg.engine)
+        if cfg.kv_cache_bytes is not None:
+            return adapter.boots_beside(cfg)
+        sized = self.kv_sized.get(cfg.id, {})
+        return all(name in sized and adapter.boots_beside(dataclasses.replace(cfg, kv_cache_bytes=sized[name]))
+                   for name, _ in self.sides)
+
+    def _learn_kv_cache(self, cfg: ServerConfig, side: str, server: Server, record: dict[str, Any]) -> None:
+        """A duet side booted on its own, where the entry leaves the KV cache to the engine: the size
+        its boot gave the cache (``kv_cache_sized``, from its log), kept for the side's later boots,
+        which then size nothing from the memory the other side takes and may boot beside it
+        (``boot_together``).  The first such boot of a side is kept; its record says what it sized."""
+        if cfg.kv_cache_bytes is not None or side in self.kv_sized.get(cfg.id, {}) or server.log_path is None:
+            return
+        try:
+            text = server.log_path.read_text(errors="replace")
+        except OSError:
+            return
+        size = engine_adapter(cfg.engine).kv_cache_sized(text)
+        if size:
+            self.kv_sized.setdefault(cfg.id, {})[side] = size
+            record["kv_cache_sized"] = size
 
     def _start_together(self, prepared: list[tuple[Server, dict[str, Any]]]) -> list[Server]:
         """Start the prepared servers at once (a thread each) and wait for all; the servers, in order.  A
@@ -198,9 +231,10 @@ class ServerPool:
         return handle
 
     def _server(self, cfg: ServerConfig, warmup: bool = False, side: tuple[str, str] | None = None,
-                pair: int | None = None) -> tuple[Server, dict[str, Any]]:
+                pair: int | None = None, kv_cache_bytes: int | None = None) -> tuple[Server, dict[str, Any]]:
         """The server of the next boot of ``cfg``, not started, and its boot record; ``side`` (name,
-        launcher) and ``pair``: a duet's side of boot pair ``pair``."""
+        launcher) and ``pair``: a duet's side of boot pair ``pair``; ``kv_cache_bytes``: the KV cache
+        it is given (the size the side's first boot sized), where the entry leaves it to the engine."""
         n = len(self.boots.get(cfg.id, [])) + 1
         side_name: str | None
         if side is not None:
@@ -208,6 +242,9 @@ class ServerPool:
         else:
             run_cfg, side_name = boot_config(cfg, self.sides, self.boot_up.get(cfg.id, 1))
         record: dict[str, Any] = {"boot": n, "engine": cfg.engine, "startup_s": None}
+        if kv_cache_bytes is not None:      # the fingerprint stays the entry's: the same cache, sized once
+            run_cfg = dataclasses.replace(run_cfg, kv_cache_bytes=kv_cache_bytes)
+            record["kv_cache_bytes"] = kv_cache_bytes
         if side_name is not None:
             record["side"] = side_name if pair is None else f"{side_name} (pair {pair})"
         if warmup:
@@ -242,6 +279,7 @@ class ServerPool:
     def reboot(self, cfg: ServerConfig) -> ServerHandle | None:
         """Stop this configuration's server and boot a fresh one; the handle tests hold is updated
         in place (so fixtures keep pointing at the live server).  None when it was not running."""
+        cfg = self.entries.get(cfg.id, cfg)
         server = self.servers.get(cfg.id)
         if server is None or server.handle is None:
             return None
