@@ -3,7 +3,10 @@ measure boots run once per boot pair, both sides at the same time (each in a thr
 gate of its side), and side B is judged against side A pair by pair (log B ÷ A)."""
 
 import json
+from importlib.resources import files
 from pathlib import Path
+
+import jsonschema
 import pytest
 
 import boot_runs
@@ -296,7 +299,9 @@ def test_a_pair_boots_both_sides_at_once_where_the_entry_fixes_its_kv_cache(pyte
                                       "--llmgate-boots", "3", "--llmgate-accept", "inconclusive")
     out = r.stdout.str()
     assert r.parseoutcomes().get("passed") == 12, out
-    boots = json.loads((pytester.path / ".llmgate" / "report.json").read_text())["boots"]
+    report = json.loads((pytester.path / ".llmgate" / "report.json").read_text())
+    jsonschema.validate(report, json.loads(files("llmgate").joinpath("data/report.schema.json").read_text()))
+    boots = report["boots"]
 
     def pairs(cid):
         by_pair: dict[int, list] = {}
