@@ -121,8 +121,8 @@ class ServerPool:
         k = self.boot_up.get(cfg.id, 1)
         order = list(self.sides) if k % 2 else list(self.sides)[::-1]
         servers: dict[str, Server] = {}
-        if self.boot_together(cfg):
-            sized = {} if cfg.kv_cache_bytes is not None else self.kv_sized[cfg.id]
+        sized = self.boot_together(cfg)
+        if sized is not None:
             self.say(f"llmgate: {cfg.id}: booting both sides at once (" + (
                 "the entry fixes its KV cache)" if not sized else "each side's KV cache fixed at the size its first "
                 "boot sized: " + ", ".join(f"{name} {sized[name] / (1 << 30):.2f} GiB" for name, _ in self.sides) + ")"))
@@ -154,21 +154,25 @@ class ServerPool:
         assert handle is not None
         return handle
 
-    def boot_together(self, cfg: ServerConfig) -> bool:
-        """Whether a duet boots its pair's two servers at once: where the engine says neither boot
-        sizes anything from the memory the other is taking (``boots_beside``: vLLM where the entry
-        fixes its KV cache, or where each side's first boot said what it sized, ``_learn_kv_cache``,
-        and is given that size), the pair boots in the time of one.  The entry's first pair of a session
-        still boots one side after the other: its first boot fills the engine's caches (compiled
-        graphs), which the second then reads instead of the two writing them at once."""
+    def boot_together(self, cfg: ServerConfig) -> dict[str, int] | None:
+        """Whether a duet boots its pair's two servers at once, and with what: None where it boots
+        them one after the other, else the KV cache each side is given (empty where the entry fixes
+        its own).  At once where the engine says neither boot sizes anything from the memory the other
+        is taking (``boots_beside``: vLLM where the entry fixes its KV cache, or where each side's
+        first boot said what it sized, ``_learn_kv_cache``, and is given that size): the pair boots in
+        the time of one.  The entry's first pair of a session still boots one side after the other:
+        its first boot fills the engine's caches (compiled graphs), which the second then reads
+        instead of the two writing them at once."""
         if cfg.id not in self.pairs_booted:
-            return False
+            return None
         adapter = engine_adapter(cfg.engine)
         if cfg.kv_cache_bytes is not None:
-            return adapter.boots_beside(cfg)
+            return {} if adapter.boots_beside(cfg) else None
         sized = self.kv_sized.get(cfg.id, {})
-        return all(name in sized and adapter.boots_beside(dataclasses.replace(cfg, kv_cache_bytes=sized[name]))
-                   for name, _ in self.sides)
+        if all(name in sized and adapter.boots_beside(dataclasses.replace(cfg, kv_cache_bytes=sized[name]))
+               for name, _ in self.sides):
+            return {name: sized[name] for name, _ in self.sides}
+        return None
 
     def _learn_kv_cache(self, cfg: ServerConfig, side: str, server: Server, record: dict[str, Any]) -> None:
         """A duet side booted on its own, where the entry leaves the KV cache to the engine: the size
