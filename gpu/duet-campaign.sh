@@ -28,13 +28,10 @@
 # the A/A), AA_FILES (its scenario files, default decode, concurrency, latency; plugin/llmgate/scenarios:
 # all), AA_MATRIX (the A/A's matrix, e.g. gpu/duet-knobs.toml: TTFT at 128 tokens only), ORDER (default "aa knobs"), KNOBS_DEADLINE, AA_DEADLINE and CORES_DEADLINE (seconds, default 700, 1,080 and 700),
 # DRY=1
-# Ready, not yet run (stop 66's starts were all refused):
-#   every default scenario, the KV cache fixed, timed at K = 3 (~19 min est.): ORDER=aa AA_FILES=plugin/llmgate/scenarios
-#     AA_K=gpu-vllm-8b AA_MATRIX=gpu/duet-default-kv.toml
-#   later pairs given the KV size each side's first boot logged (report.json's boots: kv_cache_sized, then
-#     kv_cache_bytes; ~6 min cold): ORDER=aa AA_PAIRS=2 AA_FILES=plugin/llmgate/scenarios/test_latency.py
-#     AA_K="gpu-vllm-8b and ttft_c1" AA_MATRIX=gpu/duet-learned-kv.toml (or gpu-vllm-small and
-#     gpu/duet-learned-kv-small.toml: the same on a 4-layer shape, in less)
+# Run on 2026-12-07 (gpu/runs/2026-12-07-duet-short-h100): every default scenario with the KV sizes learned,
+#   TTFT c=1 and Poisson at half length (AA_MATRIX=gpu/duet-short.toml, AA_FILES=plugin/llmgate/scenarios,
+#   AA_K=gpu-vllm-8b): 18.8 min on an H100.  Ready: the same at full length on an H200 (the default matrix,
+#   no AA_MATRIX; the 2026-12-06 selection, default AA_K, ~19 min est.): is decode's per-boot speed the card's?
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/duet
