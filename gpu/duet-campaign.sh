@@ -30,8 +30,8 @@
 # DRY=1
 # Run on 2026-12-07 (gpu/runs/2026-12-07-duet-short-h100): every default scenario with the KV sizes learned,
 #   TTFT c=1 and Poisson at half length (AA_MATRIX=gpu/duet-short.toml, AA_FILES=plugin/llmgate/scenarios,
-#   AA_K=gpu-vllm-8b): 18.8 min on an H100.  Ready: the same at full length on an H200 (the default matrix,
-#   no AA_MATRIX; the 2026-12-06 selection, default AA_K, ~19 min est.): is decode's per-boot speed the card's?
+#   AA_K=gpu-vllm-8b): 18.8 min on an H100.  Ready: on an H200, the 2026-12-06 selection (default AA_FILES
+#   and AA_K) at full length with the sizes learned (no AA_MATRIX; ~19 min est.): is decode's per-boot speed the card's?
 set -uo pipefail
 cd "$(dirname "$0")/.."
 work=/root/duet
