@@ -17,7 +17,7 @@ import httpx
 
 from llmgate.engines.meters import Poller
 from llmgate.load import workloads
-from llmgate.load.client import stream_request
+from llmgate.load.client import async_client, stream_request, sync_client
 from llmgate.load.samples import Sample, SteadyResult
 from llmgate.load.workloads import (DEFAULT_REQUEST_TIMEOUT_S, PromptMaker, Request, client_workers, completion,
                                     gather_requests, import_http_backend)
@@ -203,7 +203,7 @@ async def _steady_streams(base_url: str, headers: dict[str, str], spec_: Request
     counter = iter(range(10**9))
     cap = concurrency if rate is None else 4096
     limits = httpx.Limits(max_connections=cap, max_keepalive_connections=min(cap, 256))
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout, connect=10.0)) as http:
+    async with async_client(limits=limits, timeout=httpx.Timeout(timeout, connect=10.0)) as http:
         if begin is not None:
             begin()
         t_start = time.perf_counter()
@@ -278,7 +278,7 @@ def steady(handle: ServerHandle, spec_: RequestSpec, concurrency: int, settings:
     mode = "closed" if rate is None else "poisson"
     poller = None
     if settings.poll_s > 0 and handle.engine.metrics_path is not None:
-        poller = Poller(httpx.Client(timeout=10.0), handle.base_url + handle.engine.metrics_path, headers,
+        poller = Poller(sync_client(timeout=10.0), handle.base_url + handle.engine.metrics_path, headers,
                         settings.poll_s)
     with poller if poller is not None else contextlib.nullcontext():
         res = _steady_run(handle, spec_, concurrency, settings, timeout, rate, label, workers, headers, mode)

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from llmgate.load.client import stream_request
+from llmgate.load.client import async_client, stream_request
 from llmgate.load.samples import LoadResult, Sample
 from llmgate.process.server import ServerHandle
 
@@ -211,7 +211,7 @@ async def gather_requests(base_url: str, headers: dict[str, str], requests: list
                   timeout: float, turn: Turn | None = None) -> list[Sample]:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     sem = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(timeout, connect=10.0)) as http:
+    async with async_client(limits=limits, timeout=httpx.Timeout(timeout, connect=10.0)) as http:
         async def one(req: Request) -> Sample:
             async with sem:
                 # waiting for a turn blocks this loop: at concurrency 1 nothing else of it is in flight

@@ -21,6 +21,7 @@ from llmgate.load import steady as steady_state, workloads
 from llmgate.core import metrics
 from llmgate.engines import meters
 from llmgate.levers.shared import EntryLevers
+from llmgate.load.client import sync_client
 from llmgate.load.workloads import PromptMaker, Request
 from llmgate.config.matrix import Matrix, ServerConfig
 from llmgate.load.samples import LoadResult, SteadyResult
@@ -227,8 +228,7 @@ class Gate:
         render just those (``Engine.timers_path``; else, or where that path fails, all of /metrics)."""
         h = self.server
         if self._http is None:
-            import httpx
-            self._http = httpx.Client(timeout=60)
+            self._http = sync_client(timeout=60)
         path = h.engine.timers_path() if timers and self._timers_path_ok else None
         if path is not None:
             reading = meters.scrape_filtered(self._http, h.base_url, path, h.auth_headers(), deferred)
